@@ -1,0 +1,58 @@
+"""Names shared by the daemon, the shim and the workers.
+
+Standard library only: this module is imported inside the job's own interpreter.
+"""
+
+# Failure categories: the vocabulary of events, `rsup diagnose` and the policy.
+GPU_MEMORY_FAULT = "gpu_memory_fault"
+OOM = "oom"
+HOST_OOM = "host_oom"
+HIP_RUNTIME_INIT = "hip_runtime_init"
+DATALOADER_WORKER = "dataloader_worker"
+NCCL_DISTRIBUTED = "nccl_distributed"
+SEGFAULT_ABORT = "segfault_abort"
+HANG = "hang"
+CONFIG_ERROR = "config_error"
+UNKNOWN = "unknown"
+NONE = "none"
+
+CATEGORIES = (
+    GPU_MEMORY_FAULT,
+    OOM,
+    HOST_OOM,
+    HIP_RUNTIME_INIT,
+    DATALOADER_WORKER,
+    NCCL_DISTRIBUTED,
+    SEGFAULT_ABORT,
+    HANG,
+    CONFIG_ERROR,
+    UNKNOWN,
+    NONE,
+)
+
+# CLI exit codes (DESIGN.md, "CLI contract").
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+
+# Shim exit codes: the shim's own status, distinct from the job's (which is in exit.json).
+SHIM_EXIT_OK = 0
+SHIM_EXIT_BAD_ARGS = 64
+SHIM_EXIT_SPAWN_FAILED = 65
+
+# Files of one attempt, under <state>/jobs/<name>/attempts/<n>/.
+OUTPUT_LOG = "output.log"
+EXIT_JSON = "exit.json"
+SHIM_JSON = "shim.json"
+EVENTS_JSONL = "events.jsonl"
+ROTATION_JSON = "rotation.json"
+
+# Environment a job sees, set by the daemon.
+ENV_ATTEMPT_DIR = "RSUP_ATTEMPT_DIR"
+ENV_EVENTS_FILE = "RSUP_EVENTS_FILE"
+ENV_JOB = "RSUP_JOB"
+ENV_ATTEMPT = "RSUP_ATTEMPT"
+ENV_CHECKPOINT = "RSUP_CHECKPOINT"
+ENV_DEVICE = "RSUP_DEVICE"
+ENV_INJECT = "RSUP_INJECT"
