@@ -1,0 +1,52 @@
+# rsup: `make demo` shows it, `make test` proves it. Both create .venv when missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: all venv test lint typecheck unit demo bench e2e clean
+
+all: test
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# Dev and CI pin torch/torchvision (constraints/dev.txt); the package itself does not.
+$(STAMP): $(BIN)/python pyproject.toml constraints/dev.txt
+	$(BIN)/pip install -q -c constraints/dev.txt -e '.[dev,train]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check supervisor workers tests
+	$(BIN)/ruff format --check supervisor workers tests
+
+# mypy does not read setuptools' package-dir: give it an rsup/ tree of links to check.
+typecheck: $(STAMP)
+	@mkdir -p build/typecheck/rsup
+	@ln -sfn ../../../supervisor build/typecheck/rsup/supervisor
+	@ln -sfn ../../../workers build/typecheck/rsup/workers
+	MYPYPATH=build/typecheck $(BIN)/mypy -p rsup.supervisor -p rsup.workers
+
+# pytest exits 5 when it collected nothing: that proves nothing, so it fails loudly.
+test: lint typecheck
+	@$(BIN)/pytest -q -m "not slow" $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
+
+e2e: $(STAMP)
+	$(BIN)/pytest -q tests/e2e $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(BIN)/python -m rsup.supervisor.demo
+
+bench: $(STAMP)
+	@for script in tests/bench/bench_*.py; do $(BIN)/python $$script || exit 1; done
+
+clean:
+	rm -rf .rsup-run demo-run .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,225 @@
+"""One job's attempts: launch through the shim, re-adopt, stop, and process each end once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from rsup.supervisor import launch, policy
+from rsup.supervisor.monitor import AttemptMonitor
+from rsup.supervisor.outcome import build_outcome, history_for, limits_for
+from rsup.supervisor.paths import Layout
+from rsup.supervisor.procwait import kill_tree, signal_if_same, wait_exit
+from rsup.supervisor.states import JobState
+from rsup.supervisor.store import Attempt, Store
+from rsup.workers import constants as C
+
+if TYPE_CHECKING:
+    from rsup.supervisor.engine import Control
+
+log = structlog.get_logger("rsupd")
+S = JobState
+SHIM_SLACK = 30.0  # beyond the stop grace, before rsupd kills a stuck shim's job itself
+NEXT_STATE = {
+    policy.SUCCEED: S.SUCCEEDED,
+    policy.FAIL: S.FAILED,
+    policy.STOP: S.STOPPED,
+    policy.RESTART: S.BACKOFF,
+    policy.REPROBE: S.BACKOFF,
+}
+
+
+class AttemptRunner:
+    def __init__(self, store: Store, layout: Layout, job: str) -> None:
+        self.store, self.layout, self.job = store, layout, job
+        self.monitor: AttemptMonitor | None = None
+
+    # starting ------------------------------------------------------------
+
+    def adoptable(self) -> Attempt | None:
+        """The last attempt if it is still alive or ended unprocessed (after a restart)."""
+        attempts = self.store.attempts(self.job)
+        if not attempts or attempts[-1].processed:
+            return None
+        last = attempts[-1]
+        if last.shim_pid is None and launch.exit_info(Path(last.dir)) is None:
+            self.store.update_attempt(self.job, last.n, processed=1, outcome="never started")
+            return None
+        return last
+
+    def launch(self, base_env: dict[str, str]) -> Attempt:
+        job = self.store.get_job(self.job)
+        assert job is not None
+        n = job.attempts + 1
+        adir = self.layout.attempt_dir(self.job, n)
+        adir.mkdir(parents=True, exist_ok=True)
+        who = launch.run_as(job.owner_uid)
+        spec = _with_overrides(job.spec, job.overrides)
+        argv = launch.job_argv(spec, adir)
+        env = launch.job_env(base_env, spec, self._attempt_env(n, adir, job.device), who)
+        self._prepare(adir, spec, who)
+        attempt = Attempt(self.job, n, str(adir), time.time())
+        self.store.add_attempt(attempt)
+        self.store.update_job(self.job, attempts=n)
+        pid = launch.start_shim(launch.shim_argv(spec, adir, argv, who), env)
+        attempt.shim_pid, attempt.shim_start_time = pid, launch.start_time(pid)
+        self.store.update_attempt(self.job, n, shim_pid=pid, shim_start_time=attempt.shim_start_time)
+        self.store.emit(self.job, n, "attempt_started", argv=argv, device=job.device, shim_pid=pid,
+                        overrides=job.overrides)  # fmt: skip
+        return attempt
+
+    def _attempt_env(self, n: int, adir: Path, device: str | None) -> dict[str, str]:
+        pythonpath = os.pathsep.join(p for p in (str(self.layout.pylib), os.environ.get("PYTHONPATH")) if p)
+        env = {
+            C.ENV_JOB: self.job,
+            C.ENV_ATTEMPT: str(n),
+            C.ENV_ATTEMPT_DIR: str(adir),
+            C.ENV_EVENTS_FILE: str(adir / C.EVENTS_JSONL),
+            C.ENV_DEVICE: device or "cpu",
+            "PYTHONPATH": pythonpath,
+        }
+        if device == "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = ""
+        elif device and device.removeprefix("cuda:").isdigit():
+            env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = device.removeprefix("cuda:")
+        return env
+
+    def _prepare(self, adir: Path, spec: dict[str, Any], who: launch.RunAs | None) -> None:
+        (adir / C.EVENTS_JSONL).touch()
+        if who is not None:
+            for path in (adir, adir / C.EVENTS_JSONL):
+                os.chown(path, who.uid, who.gid)
+
+    # running -------------------------------------------------------------
+
+    async def supervise(self, control: Control) -> tuple[JobState, str, int]:
+        attempt = self.store.attempts(self.job)[-1]
+        if attempt.processed:  # rsupd died after deciding but before moving on
+            return self._apply_stored(attempt)
+        self.monitor = AttemptMonitor(self.store, self.job, attempt)
+        watch = asyncio.get_running_loop().create_task(self.monitor.run())
+        try:
+            await self._wait_end(attempt, control)
+        finally:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+        self.monitor.drain()
+        return self._finish(attempt)
+
+    async def _wait_end(self, attempt: Attempt, control: Control) -> None:
+        ended = asyncio.ensure_future(wait_exit(attempt.shim_pid or -1, attempt.shim_start_time))
+        job = self.store.get_job(self.job)
+        if job is not None and job.state == S.STOPPING:
+            control.stop.set()  # a stop was under way when rsupd restarted: ask again
+        assert self.monitor is not None
+        hang = asyncio.ensure_future(self.monitor.hung.wait())
+        stop = asyncio.ensure_future(control.stop.wait())
+        try:
+            await asyncio.wait({ended, stop, hang}, return_when=asyncio.FIRST_COMPLETED)
+            if not ended.done():
+                await self._stop_attempt(attempt, control, ended, hang.done() and not stop.done())
+        finally:
+            for fut in (ended, stop, hang):
+                fut.cancel()
+
+    async def _stop_attempt(
+        self, attempt: Attempt, control: Control, ended: asyncio.Future[None], for_hang: bool
+    ) -> None:
+        job = self.store.get_job(self.job)
+        assert job is not None
+        if not for_hang and job.state == S.RUNNING:
+            self.store.move(self.job, S.STOPPING, "stop requested", attempt.n)
+        sig = signal.SIGUSR1 if control.force or for_hang else signal.SIGTERM
+        signal_if_same(attempt.shim_pid, attempt.shim_start_time, sig)
+        grace = float((job.spec.get("stop") or {}).get("grace", 30))
+        try:
+            await asyncio.wait_for(asyncio.shield(ended), timeout=grace + SHIM_SLACK)
+        except TimeoutError:
+            self._kill_orphaned(attempt, "the shim did not finish stopping the job")
+            await ended
+
+    def _kill_orphaned(self, attempt: Attempt, why: str) -> None:
+        info = launch.shim_info(Path(attempt.dir)) or {}
+        signal_if_same(attempt.shim_pid, attempt.shim_start_time, signal.SIGKILL)
+        killed = kill_tree(info.get("job_pid"), info.get("job_start_time"))
+        self.store.emit(self.job, attempt.n, "tree_killed", reason=why, processes=killed)
+
+    # ending --------------------------------------------------------------
+
+    def _finish(self, attempt: Attempt) -> tuple[JobState, str, int]:
+        adir = Path(attempt.dir)
+        exit_data = launch.exit_info(adir)
+        if exit_data is None:
+            self._kill_orphaned(attempt, "the shim died without writing exit.json")
+        job = self.store.get_job(self.job)
+        assert job is not None and self.monitor is not None
+        outcome = build_outcome(job, attempt, exit_data, self.monitor)
+        history = history_for(job, outcome, self.monitor)
+        decision = policy.decide(outcome, history, limits_for(job.spec))
+        self._record(job.name, attempt, exit_data, outcome, history, decision)
+        return self._apply(decision, attempt.n)
+
+    def _record(
+        self,
+        name: str,
+        attempt: Attempt,
+        exit_data: dict[str, Any] | None,
+        outcome: policy.Outcome,
+        history: policy.History,
+        decision: policy.Decision,
+    ) -> None:
+        job = self.store.get_job(name)
+        assert job is not None
+        fault = None if outcome.category == C.NONE else outcome.category
+        overrides = {**job.overrides, **decision.overrides}
+        self.store.update_attempt(
+            name, attempt.n, ended=time.time(), exit=exit_data, fault=fault,
+            outcome=json.dumps(decision.as_event()), processed=1,
+        )  # fmt: skip
+        self.store.update_job(
+            name, restarts=decision.restarts, stalled=history.stalled, overrides=overrides,
+            failures=history.failures, same_fault=history.same_category,
+            last_fault=fault or job.last_fault, next_start_at=time.time() + decision.delay,
+            device=overrides.get("device", job.device),
+        )  # fmt: skip
+        self.store.emit(name, attempt.n, "attempt_ended", exit=exit_data, category=outcome.category)
+        self.store.emit(name, attempt.n, "decision", **decision.as_event())
+
+    def _apply_stored(self, attempt: Attempt) -> tuple[JobState, str, int]:
+        try:
+            stored = json.loads(attempt.outcome or "")
+            decision = policy.Decision(stored["action"], stored["reason"], stored["delay"])
+        except (ValueError, KeyError, TypeError):
+            decision = policy.Decision(policy.RESTART, "resuming after an rsupd restart")
+        return self._apply(decision, attempt.n)
+
+    def _apply(self, decision: policy.Decision, n: int) -> tuple[JobState, str, int]:
+        job = self.store.get_job(self.job)
+        assert job is not None
+        state = NEXT_STATE[decision.action]
+        if job.state == S.STOPPING and state not in (S.SUCCEEDED, S.FAILED):
+            state = S.STOPPED
+        reason = decision.reason
+        if state == S.BACKOFF:
+            reason = f"{reason}; attempt {n + 1} in {decision.delay:g} s"
+        return state, reason, n
+
+
+def _with_overrides(spec: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    if not overrides:
+        return spec
+    spec = dict(spec)
+    train = dict(spec.get("train") or {})
+    for key in ("batch", "workers"):
+        if key in overrides:
+            train[key] = overrides[key]
+    if train:
+        spec["train"] = train
+    return spec

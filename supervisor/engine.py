@@ -1,0 +1,236 @@
+"""The supervising engine: one asyncio task per job, driven by the job's stored state.
+
+Used by rsupd and by `rsup run`. After a restart the same loop re-adopts whatever the
+store says is running, so an attempt is never started twice nor processed twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from rsup.supervisor import launch
+from rsup.supervisor.attempts import AttemptRunner
+from rsup.supervisor.paths import Layout
+from rsup.supervisor.states import JobState
+from rsup.supervisor.store import Job, Store
+
+log = structlog.get_logger("rsupd")
+S = JobState
+
+
+DRILLS = ("kill", "hang", "oom")
+
+
+class EngineError(Exception):
+    """A request the engine refuses; the message is for the person who asked."""
+
+
+@dataclass
+class Control:
+    """Requests from the API to a job's task."""
+
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    force: bool = False
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Engine:
+    def __init__(self, layout: Layout, base_env: dict[str, str] | None = None) -> None:
+        self.layout = layout
+        self.store = Store(layout.db)
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.controls: dict[str, Control] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.attempts: dict[str, AttemptRunner] = {}
+        self.changed = asyncio.Event()
+        self.listeners: list[Callable[[], None]] = []
+
+    # lifecycle of the engine itself --------------------------------------
+
+    async def recover(self) -> None:
+        """Pick every unfinished job up again (re-adopting running attempts)."""
+        self.layout.ensure_pylib()
+        for job in self.store.jobs():
+            if not job.state.terminal:
+                self._spawn(job.name)
+
+    async def close(self) -> None:
+        """Stop supervising (the jobs themselves keep running under their shims)."""
+        for task in self.tasks.values():
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        self.store.close()
+
+    # requests ------------------------------------------------------------
+
+    def submit(self, spec: dict[str, Any], owner_uid: int) -> Job:
+        """Store a new job (or a finished one started again) and start supervising it."""
+        name = spec["name"]
+        job = self.store.get_job(name)
+        if job is not None and not job.state.terminal:
+            raise EngineError(f"job {name} is already {job.state.value}; stop it first")
+        if job is None:
+            now = time.time()
+            job = Job(name, owner_uid, spec, S.QUEUED, "submitted", now, now)
+            self.store.add_job(job)
+            self.store.emit(name, None, "job_submitted", owner_uid=owner_uid)
+        else:
+            self.store.update_job(
+                name, spec=spec, stalled=0, restarts=0, failures=0, same_fault=0, overrides={}
+            )
+            self.store.move(name, S.QUEUED, "started again")
+        self._spawn(name)
+        return self.get(name)
+
+    def get(self, name: str) -> Job:
+        job = self.store.get_job(name)
+        if job is None:
+            raise EngineError(f"no job named {name}; `rsup status` lists the jobs")
+        return job
+
+    def stop(self, name: str, force: bool = False) -> Job:
+        job = self.get(name)
+        control = self.controls.get(name)
+        if job.state.terminal or control is None:
+            return job
+        control.force = control.force or force
+        control.stop.set()
+        return job
+
+    def remove(self, name: str) -> None:
+        job = self.get(name)
+        if not job.state.terminal:
+            raise EngineError(f"job {name} is {job.state.value}; stop it before removing it")
+        self.store.delete_job(name)
+
+    def inject(self, name: str, kind: str, at_epoch: int | None) -> dict[str, Any]:
+        """A fault drill: the real fault (SIGKILL, SIGSTOP, a real allocation failure)."""
+        if kind not in DRILLS:
+            raise EngineError(f"unknown drill {kind!r}; choose one of {', '.join(DRILLS)}")
+        job = self.get(name)
+        if job.state.terminal:
+            raise EngineError(f"job {name} is {job.state.value}; start it before drilling it")
+        drill = {"kind": kind, "at_epoch": at_epoch, "id": len(job.drills) + 1}
+        if job.spec.get("kind") != "ultralytics" and kind == "oom":
+            raise EngineError("the oom drill is raised inside the trainer: ultralytics jobs only")
+        self.store.update_job(name, drills=[*job.drills, drill])
+        runner = self.attempts.get(name)
+        if runner is not None and runner.monitor is not None:
+            runner.monitor.add_drill(drill)
+        self.store.emit(name, job.attempts or None, "drill_requested", **drill)
+        return drill
+
+    async def wait_terminal(self, name: str) -> Job:
+        task = self.tasks.get(name)
+        if task is not None:
+            await asyncio.shield(task)
+        return self.get(name)
+
+    # the per-job task ----------------------------------------------------
+
+    def _spawn(self, name: str) -> None:
+        old = self.tasks.get(name)
+        if old is not None and not old.done():
+            return
+        self.controls[name] = Control()
+        task = asyncio.get_running_loop().create_task(self._supervise(name), name=f"job:{name}")
+        self.tasks[name] = task
+
+    async def _supervise(self, name: str) -> None:
+        control = self.controls[name]
+        steps: dict[JobState, Callable[[Job, Control], Awaitable[None]]] = {
+            S.QUEUED: self._queued,
+            S.PROBING: self._queued,
+            S.BACKOFF: self._backoff,
+            S.STARTING: self._starting,
+            S.RUNNING: self._running,
+            S.STOPPING: self._running,
+        }
+        try:
+            while True:
+                job = self.store.get_job(name)
+                if job is None or job.state.terminal:
+                    return
+                await steps[job.state](job, control)
+                self._notify()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("job task crashed", job=name)
+            self._fail_safe(name)
+        finally:
+            self._notify()
+
+    def _fail_safe(self, name: str) -> None:
+        job = self.store.get_job(name)
+        if job is not None and job.state in (S.QUEUED, S.PROBING, S.BACKOFF):
+            self.store.move(name, S.FAILED, "internal error in rsupd; see its log")
+
+    def _notify(self) -> None:
+        self.changed.set()
+        for listener in self.listeners:
+            listener()
+
+    async def _queued(self, job: Job, control: Control) -> None:
+        if control.stop.is_set():
+            self.store.move(job.name, S.STOPPED, "stopped before it started")
+            return
+        device = job.device or _initial_device(job.spec)
+        self.store.update_job(job.name, device=device)
+        self.store.move(job.name, S.STARTING, f"starting on {device}")
+
+    async def _backoff(self, job: Job, control: Control) -> None:
+        delay = max(0.0, (job.next_start_at or 0.0) - time.time())
+        try:
+            await asyncio.wait_for(control.stop.wait(), timeout=delay)
+        except TimeoutError:
+            self.store.move(job.name, S.STARTING, "backoff over")
+            return
+        self.store.move(job.name, S.STOPPED, "stopped during backoff; the restart was cancelled")
+
+    async def _starting(self, job: Job, control: Control) -> None:
+        runner = self._runner(job)
+        attempt = runner.adoptable()
+        if attempt is None:
+            if control.stop.is_set():
+                self.store.move(job.name, S.STOPPED, "stopped before the attempt started")
+                return
+            attempt = runner.launch(self.base_env)
+        self.store.move(job.name, S.RUNNING, f"attempt {attempt.n} running", attempt.n)
+
+    async def _running(self, job: Job, control: Control) -> None:
+        runner = self._runner(job)
+        next_state, reason, n = await runner.supervise(control)
+        self.store.move(job.name, next_state, reason, n)
+
+    def _runner(self, job: Job) -> AttemptRunner:
+        runner = self.attempts.get(job.name)
+        if runner is None:
+            runner = AttemptRunner(self.store, self.layout, job.name)
+            self.attempts[job.name] = runner
+        return runner
+
+
+def _initial_device(spec: dict[str, Any]) -> str:
+    device = str(spec.get("device", "auto"))
+    return "cpu" if device == "auto" and not _gpu_present() else device
+
+
+def _gpu_present() -> bool:
+    return Path("/dev/kfd").exists() or Path("/dev/nvidia0").exists()
+
+
+def shim_signal(force: bool) -> int:
+    return signal.SIGUSR1 if force else signal.SIGTERM
+
+
+__all__ = ["Engine", "EngineError", "launch"]

@@ -1,0 +1,119 @@
+"""Follow a file as another process appends to it (and, for output.log, rotates it)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from rsup.workers import constants as C
+
+CHUNK = 1 << 20
+
+
+class Follower:
+    """Reads what was appended since the last call; survives the shim's log rotation."""
+
+    def __init__(self, path: Path, offset: int = 0) -> None:
+        self.path = path
+        self.offset = offset
+        self.fd: int | None = None
+        self.inode: int | None = None
+
+    def read(self) -> bytes:
+        """Everything new since the last call (possibly empty)."""
+        if self.fd is None and not self._open():
+            return b""
+        data = self._read_to_eof()
+        if self._rotated():
+            self._reopen_after_rotation()
+            data += self._read_to_eof()
+        return data
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def _open(self) -> bool:
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        self.inode = os.fstat(self.fd).st_ino
+        return True
+
+    def _read_to_eof(self) -> bytes:
+        assert self.fd is not None
+        parts = []
+        while chunk := os.pread(self.fd, CHUNK, self.offset):
+            parts.append(chunk)
+            self.offset += len(chunk)
+        return b"".join(parts)
+
+    def _rotated(self) -> bool:
+        try:
+            return os.stat(self.path).st_ino != self.inode
+        except FileNotFoundError:
+            return False
+
+    def _reopen_after_rotation(self) -> None:
+        rotation = self.path.with_name(C.ROTATION_JSON)
+        try:
+            import json
+
+            resume = int(json.loads(rotation.read_text())["resume_offset"])
+        except (OSError, ValueError, KeyError, TypeError):
+            resume = 0
+        self.close()
+        if self._open():
+            self.offset = resume
+
+
+class DirWatch:
+    """inotify on folders, waking callbacks on the daemon's loop (one observer thread)."""
+
+    def __init__(self) -> None:
+        self.observer = Observer()
+        self.observer.daemon = True
+        self.lock = threading.Lock()
+        self.started = False
+
+    def watch(self, folder: Path, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call `wake` (from the observer thread) whenever something in `folder` changes."""
+        handler = _Wake(wake)
+        with self.lock:
+            if not self.started:
+                self.observer.start()
+                self.started = True
+            watch = self.observer.schedule(handler, str(folder), recursive=False)
+
+        def unwatch() -> None:
+            try:
+                self.observer.unschedule(watch)
+            except (KeyError, ValueError):
+                pass
+
+        return unwatch
+
+
+class _Wake(FileSystemEventHandler):
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self.wake = wake
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        self.wake()
+
+
+_watch: DirWatch | None = None
+
+
+def dir_watch() -> DirWatch:
+    global _watch
+    if _watch is None:
+        _watch = DirWatch()
+    return _watch

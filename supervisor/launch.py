@@ -1,0 +1,172 @@
+"""Start one attempt through the shim, and recognise a shim again after a daemon restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rsup.workers import constants as C
+
+CHECKPOINT_TOKEN = "{checkpoint}"
+PYTHON_NAMES = ("python", "python3")
+
+
+@dataclass(frozen=True)
+class RunAs:
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
+    user: str
+
+
+def run_as(uid: int) -> RunAs | None:
+    """Who the job runs as: the submitting user when rsupd is root, else rsupd's own user."""
+    if os.geteuid() != 0 or uid == 0:
+        return None
+    entry = pwd.getpwuid(uid)
+    groups = tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
+    return RunAs(uid, entry.pw_gid, groups, entry.pw_dir, entry.pw_name)
+
+
+def interpreter(spec: dict[str, Any]) -> str:
+    python = spec.get("python")
+    return str(python) if python else sys.executable
+
+
+def expand_checkpoint(argv: list[str], checkpoint: str | None) -> list[str]:
+    """Put the checkpoint path in place of {checkpoint} once the file exists.
+
+    Before it exists, an argument that is exactly {checkpoint} is dropped with the option
+    just before it (`--resume {checkpoint}`), and one that embeds it (`--resume={checkpoint}`)
+    is dropped alone, so the first attempt starts fresh.
+    """
+    if checkpoint and Path(checkpoint).exists():
+        return [a.replace(CHECKPOINT_TOKEN, checkpoint) for a in argv]
+    out: list[str] = []
+    for arg in argv:
+        if arg == CHECKPOINT_TOKEN:
+            if out and out[-1].startswith("-"):
+                out.pop()
+        elif CHECKPOINT_TOKEN not in arg:
+            out.append(arg)
+    return out
+
+
+def job_argv(spec: dict[str, Any], attempt_dir: Path) -> list[str]:
+    """The job's own argv for its kind."""
+    python = interpreter(spec)
+    kind = spec.get("kind", "command")
+    if kind == "ultralytics":
+        return [python, "-m", "rsup.workers.yolo", "--config", str(attempt_dir / "yolo.json")]
+    argv = expand_checkpoint(list(spec["command"]), spec.get("checkpoint"))
+    if kind == "torchrun":
+        return [python, "-m", "torch.distributed.run", *torchrun_args(spec), *argv]
+    if argv and argv[0] in PYTHON_NAMES:
+        argv[0] = python
+    return argv
+
+
+def torchrun_args(spec: dict[str, Any]) -> list[str]:
+    t = spec.get("torchrun") or {}
+    args = [
+        f"--nproc-per-node={t.get('nproc_per_node', 1)}",
+        f"--nnodes={t.get('nnodes', 1)}",
+        f"--max-restarts={t.get('max_restarts', 0)}",
+        f"--rdzv-backend={t.get('rdzv_backend', 'c10d')}",
+        f"--rdzv-id={t.get('rdzv_id') or spec['name']}",
+    ]
+    endpoint = t.get("rdzv_endpoint")
+    args.append(f"--rdzv-endpoint={endpoint}" if endpoint else "--standalone")
+    return args
+
+
+def job_env(
+    base: dict[str, str], spec: dict[str, Any], extra: dict[str, str], who: RunAs | None
+) -> dict[str, str]:
+    """Daemon env, then the job's env, then what rsup sets for this attempt."""
+    env = dict(base)
+    if who is not None:
+        env.update(HOME=who.home, USER=who.user, LOGNAME=who.user)
+    env.setdefault("PYTHONUNBUFFERED", "1")  # live output: a pipe would block-buffer it
+    env.update({k: str(v) for k, v in (spec.get("env") or {}).items()})
+    env.update(extra)
+    return env
+
+
+def shim_argv(
+    spec: dict[str, Any], attempt_dir: Path, argv: list[str], who: RunAs | None
+) -> list[str]:
+    stop = spec.get("stop") or {}
+    limits = spec.get("limits") or {}
+    cmd = [
+        sys.executable, "-m", "rsup.workers.shim",
+        "--attempt-dir", str(attempt_dir),
+        "--grace", str(stop.get("grace", 30)),
+        "--stop-signal", str(stop.get("signal", "SIGTERM")),
+        "--max-log-bytes", str(limits.get("log_max_bytes", 256 * 1024 * 1024)),
+        "--cwd", str(spec.get("cwd") or "."),
+    ]  # fmt: skip
+    if who is not None:
+        groups = ",".join(str(g) for g in who.groups)
+        cmd += ["--user", str(who.uid), "--group", str(who.gid), "--groups", groups]
+    return [*cmd, "--", *argv]
+
+
+def start_shim(argv: list[str], env: dict[str, str]) -> int:
+    """Launch the shim in its own session with no pipe to us; return its pid."""
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+    # The engine reaps it through its pidfd; stop Popen from trying as well.
+    proc.returncode = 0
+    return proc.pid
+
+
+def start_time(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat (clock ticks after boot): with the pid, an identity."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    return int(fields[19])
+
+
+def alive_as(pid: int | None, started: int | None) -> bool:
+    """True when `pid` still names the same process (guards against pid reuse)."""
+    if pid is None:
+        return False
+    now = start_time(pid)
+    if now is None or (started is not None and now != started):
+        return False
+    state = Path(f"/proc/{pid}/stat").read_bytes()
+    return state[state.rindex(b")") + 2 : state.rindex(b")") + 3] != b"Z"
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def shim_info(attempt_dir: Path) -> dict[str, Any] | None:
+    return read_json(attempt_dir / C.SHIM_JSON)
+
+
+def exit_info(attempt_dir: Path) -> dict[str, Any] | None:
+    return read_json(attempt_dir / C.EXIT_JSON)

@@ -1,0 +1,228 @@
+"""Watch one live attempt: its output (faults), its events (progress) and its silence (hangs)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import structlog
+
+from rsup.supervisor import launch
+from rsup.supervisor.classify import Diagnosis, LiveClassifier
+from rsup.supervisor.follow import Follower, dir_watch
+from rsup.supervisor.hang import HangConfig, HangDetector, HangVerdict
+from rsup.supervisor.procwait import signal_if_same
+from rsup.supervisor.spec import parse_duration
+from rsup.supervisor.store import Attempt, Store
+from rsup.workers import constants as C
+
+log = structlog.get_logger("rsupd")
+POLL = 0.5  # fallback when inotify says nothing; also the hang check period
+PROGRESS_WRITE_EVERY = 1.0  # throttle job.progress writes to the store
+DRILLS_JSON = "drills.json"
+
+
+class AttemptMonitor:
+    def __init__(self, store: Store, job: str, attempt: Attempt) -> None:
+        self.store, self.job, self.attempt = store, job, attempt
+        adir = Path(attempt.dir)
+        self.output = Follower(adir / C.OUTPUT_LOG)
+        self.events = Follower(adir / C.EVENTS_JSONL)
+        self.classifier = LiveClassifier()
+        self.hung = asyncio.Event()
+        self.hang_verdict: HangVerdict | None = None
+        self.advanced = False
+        self.completed = False
+        self.progress_seen = False
+        self.progress: dict[str, Any] | None = None
+        self.faults_emitted: set[str] = set()
+        self.pending = b""
+        self.job_pid: int | None = None
+        self.job_start: int | None = None
+        self.last_progress_write = 0.0
+        record = store.get_job(job) or _missing(job)
+        self.kind = record.spec.get("kind", "command")
+        self.detector = HangDetector(_hang_config(record.spec, store, job), time.monotonic())
+        self.drills = [d for d in record.drills if not d.get("fired")]
+        if self.kind == "ultralytics" and self.drills:
+            self._write_drills()
+
+    # drills ------------------------------------------------------------------
+
+    def add_drill(self, drill: dict[str, Any]) -> None:
+        self.drills.append(drill)
+        if self.kind == "ultralytics":
+            self._write_drills()
+        else:
+            self._fire_due()
+
+    def _write_drills(self) -> None:
+        path = Path(self.attempt.dir) / DRILLS_JSON
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.drills))
+        tmp.replace(path)
+
+    def _fire_due(self) -> None:
+        """Command jobs: rsupd does the drill itself (SIGKILL or SIGSTOP of the job)."""
+        epoch = (self.progress or {}).get("epoch")
+        for drill in list(self.drills):
+            due = drill.get("at_epoch") is None or (epoch is not None and epoch >= drill["at_epoch"])
+            if due and self.job_pid is not None:
+                sig = signal.SIGKILL if drill["kind"] == "kill" else signal.SIGSTOP
+                self._mark_fired(drill)
+                signal_if_same(self.job_pid, self.job_start, sig)
+
+    def _mark_fired(self, drill: dict[str, Any]) -> None:
+        self.drills = [d for d in self.drills if d.get("id") != drill.get("id")]
+        job = self.store.get_job(self.job)
+        if job is None:
+            return
+        drills = [{**d, "fired": True} if d.get("id") == drill.get("id") else d for d in job.drills]
+        self.store.update_job(self.job, drills=drills)
+        self.store.emit(self.job, self.attempt.n, "drill_fired", kind=drill["kind"],
+                        at_epoch=drill.get("at_epoch"), epoch=(self.progress or {}).get("epoch"))  # fmt: skip
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        unwatch = dir_watch().watch(Path(self.attempt.dir), lambda: loop.call_soon_threadsafe(wake.set))
+        try:
+            while True:
+                self.poll()
+                self._check_hang()
+                try:
+                    await asyncio.wait_for(wake.wait(), timeout=POLL)
+                except TimeoutError:
+                    pass
+                wake.clear()
+        finally:
+            unwatch()
+
+    def drain(self) -> None:
+        """Read what is left once the attempt has ended."""
+        self.poll()
+        self.output.close()
+        self.events.close()
+
+    def diagnosis(self) -> Diagnosis:
+        return self.classifier.verdict()
+
+    def poll(self) -> None:
+        self._note_pid()
+        data = self.output.read()
+        if data:
+            self.detector.progress(time.monotonic())
+            for finding in self.classifier.feed(data):
+                self._fault(finding.signature, finding.category, finding.line, finding.text)
+        lines = self.events.read()
+        if lines:
+            self.detector.progress(time.monotonic())
+            self._events(lines)
+
+    def _note_pid(self) -> None:
+        if self.job_pid is not None:
+            return
+        info = launch.shim_info(Path(self.attempt.dir))
+        if info and info.get("job_pid"):
+            self.job_pid, self.job_start = int(info["job_pid"]), info.get("job_start_time")
+            self.store.update_attempt(self.job, self.attempt.n, job_pid=self.job_pid)
+            if self.drills and self.kind != "ultralytics":
+                self._fire_due()
+
+    def _fault(self, signature: str, category: str, line: int | None, text: str) -> None:
+        if signature in self.faults_emitted:
+            return
+        self.faults_emitted.add(signature)
+        self.store.emit(self.job, self.attempt.n, "fault_detected", category=category,
+                        signature=signature, line=line, text=text[:500])  # fmt: skip
+
+    def _events(self, data: bytes) -> None:
+        data = self.pending + data
+        *complete, self.pending = data.split(b"\n")
+        for raw in complete:
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                self._event(record)
+
+    def _event(self, record: dict[str, Any]) -> None:
+        kind = record.pop("event", None)
+        record.pop("ts", None)
+        if kind == "progress":
+            self._progress(record, force=False)
+        elif kind == "epoch_end":
+            self.advanced = True
+            self._progress(record, force=True)
+            self.store.emit(self.job, self.attempt.n, "progress", **record)
+        elif kind == "checkpoint_saved":
+            self.advanced = True
+            self.store.emit(self.job, self.attempt.n, "checkpoint_saved", **record)
+        elif kind == "run_completed":
+            self.completed = True
+            self.store.emit(self.job, self.attempt.n, "run_completed", **record)
+        elif kind == "drill_fired":
+            match = [d for d in self.drills if d.get("kind") == record.get("kind")]
+            if match:
+                self._mark_fired(match[0])
+        elif kind == "run_started":
+            self.store.emit(self.job, self.attempt.n, kind, **record)
+
+    def _progress(self, record: dict[str, Any], force: bool) -> None:
+        self.progress_seen = True
+        self.progress = {**(self.progress or {}), **record, "at": time.time()}
+        if self.drills and self.kind != "ultralytics":
+            self._fire_due()
+        now = time.monotonic()
+        if force or now - self.last_progress_write >= PROGRESS_WRITE_EVERY:
+            self.last_progress_write = now
+            self.store.update_job(self.job, progress=self.progress)
+
+    def _check_hang(self) -> None:
+        if self.hung.is_set():
+            return
+        verdict = self.detector.check(time.monotonic(), self._tree_cpu())
+        if verdict is None:
+            return
+        self.hang_verdict = verdict
+        self.store.emit(self.job, self.attempt.n, "hang_detected", silent_for=round(verdict.silent_for, 2),
+                        limit=verdict.limit, cpu_cores=round(verdict.cpu_cores, 3), busy=verdict.busy,
+                        message=verdict.describe())  # fmt: skip
+        self.store.update_job(self.job, hang_timeout=self.detector.timeout)
+        self.hung.set()
+
+    def _tree_cpu(self) -> float | None:
+        # The shim is the subreaper of the whole tree (setsid'ed grandchildren included).
+        shim = self.attempt.shim_pid
+        if shim is None or not launch.alive_as(shim, self.attempt.shim_start_time):
+            return None
+        try:
+            root = psutil.Process(shim)
+            total = 0.0
+            for proc in (root, *root.children(recursive=True)):
+                times = proc.cpu_times()
+                total += times.user + times.system
+            return total
+        except psutil.Error:
+            return None
+
+
+def _hang_config(spec: dict[str, Any], store: Store, job: str) -> HangConfig:
+    hang = spec.get("hang") or {}
+    record = store.get_job(job)
+    return HangConfig(
+        timeout=parse_duration(hang.get("timeout", 1800)),
+        startup_timeout=parse_duration(hang.get("startup_timeout", 3600)),
+        hard_factor=float(hang.get("hard_limit_factor", 3.0)),
+        adapted=record.hang_timeout if record else None,
+    )
+
+
+def _missing(job: str) -> Any:
+    raise KeyError(job)

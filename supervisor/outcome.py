@@ -1,0 +1,98 @@
+"""Turn what an attempt left behind (exit.json, the monitor's findings) into policy inputs."""
+
+from __future__ import annotations
+
+import signal
+from typing import TYPE_CHECKING, Any
+
+from rsup.supervisor import policy
+from rsup.supervisor.classify import classify_exit
+from rsup.supervisor.spec import parse_duration
+from rsup.supervisor.store import Attempt, Job
+from rsup.workers import constants as C
+
+if TYPE_CHECKING:
+    from rsup.supervisor.monitor import AttemptMonitor
+
+
+def build_outcome(
+    job: Job, attempt: Attempt, exit_data: dict[str, Any] | None, monitor: AttemptMonitor
+) -> policy.Outcome:
+    exit_data = exit_data or {}
+    code, sig = exit_data.get("exit_code"), exit_data.get("signal")
+    if monitor.hang_verdict is not None:
+        verdict = monitor.hang_verdict
+        return policy.Outcome(code, sig, C.HANG, "hang", (verdict.describe(),),
+                              ran_for=_ran_for(exit_data), advanced=monitor.advanced)  # fmt: skip
+    diagnosis = classify_exit(monitor.diagnosis(), code, sig)
+    if not exit_data:
+        diagnosis_category, lines = C.UNKNOWN, ("the shim died before the job's exit was recorded",)
+    else:
+        diagnosis_category, lines = diagnosis.category, tuple(t for _, t in diagnosis.evidence)
+    stop = bool(exit_data.get("stop_requested")) or job.state.value == "stopping"
+    return policy.Outcome(
+        exit_code=code,
+        signal=sig,
+        category=diagnosis_category,
+        signature=diagnosis.signature,
+        evidence=lines or _exit_words(code, sig),
+        stop_requested=stop,
+        ran_for=_ran_for(exit_data),
+        advanced=monitor.advanced,
+        completed=monitor.completed if job.spec.get("kind") == "ultralytics" else None,
+    )
+
+
+def _ran_for(exit_data: dict[str, Any]) -> float:
+    return float(exit_data.get("duration") or 0.0)
+
+
+def _exit_words(code: int | None, sig: int | None) -> tuple[str, ...]:
+    if sig is not None:
+        try:
+            return (f"killed by {signal.Signals(sig).name}",)
+        except ValueError:
+            return (f"killed by signal {sig}",)
+    return (f"exit code {code}",) if code is not None else ()
+
+
+def history_for(job: Job, outcome: policy.Outcome, monitor: AttemptMonitor) -> policy.History:
+    """The job's history including the attempt that just ended."""
+    failed = not outcome.clean_exit and not outcome.stop_requested
+    stalled = 0 if outcome.advanced else job.stalled + (1 if failed else 0)
+    same = job.same_fault + 1 if job.last_fault == outcome.category else 1
+    train = job.spec.get("train") or {}
+    overrides = job.overrides
+    return policy.History(
+        attempts=job.attempts,
+        restarts=job.restarts,
+        failures=job.failures + (1 if failed and not outcome.advanced else 0),
+        stalled=stalled,
+        same_category=same,
+        reports_progress=monitor.progress_seen or bool(job.progress),
+        device=str(overrides.get("device", job.device or "auto")),
+        batch=_int(overrides.get("batch", train.get("batch"))),
+        workers=_int(overrides.get("workers", train.get("workers"))),
+    )
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def limits_for(spec: dict[str, Any]) -> policy.Limits:
+    restart = spec.get("restart") or {}
+    backoff = restart.get("backoff") or {}
+    return policy.Limits(
+        max_attempts=int(restart.get("max_attempts", 10)),
+        reset_after=parse_duration(restart.get("reset_after", 600)),
+        backoff=policy.Backoff(
+            initial=parse_duration(backoff.get("initial", 10)),
+            factor=float(backoff.get("factor", 2)),
+            maximum=parse_duration(backoff.get("max", 300)),
+        ),
+        cpu_fallback=bool((spec.get("fallback") or {}).get("cpu", True)),
+    )

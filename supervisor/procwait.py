@@ -1,0 +1,68 @@
+"""Wait for a process to exit without blocking the loop, child or not (pidfd)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+from rsup.supervisor.launch import alive_as
+
+
+async def wait_exit(pid: int, started: int | None, poll: float = 1.0) -> None:
+    """Return once `pid` (identified by its start time) has exited; reap it if it is ours."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (ProcessLookupError, OSError):
+        _reap(pid)
+        return
+    if not alive_as(pid, started):  # the pid was reused by someone else
+        os.close(fd)
+        return
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+    _reap(pid)
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass  # not our child: a shim we re-adopted after a restart
+
+
+def signal_if_same(pid: int | None, started: int | None, sig: int) -> bool:
+    """Send `sig` only if `pid` is still the process we started."""
+    if pid is None or not alive_as(pid, started):
+        return False
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def kill_tree(pid: int | None, started: int | None) -> int:
+    """Last resort when a shim is gone: SIGKILL a job's leftover process tree."""
+    import psutil
+
+    if pid is None or not alive_as(pid, started):
+        return 0
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=5)
+    return len(procs)

@@ -1,0 +1,84 @@
+"""How the CLI shows things to people (tables, events, progress)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+STATE_STYLE = {
+    "running": "green",
+    "succeeded": "bold green",
+    "failed": "bold red",
+    "backoff": "yellow",
+    "stopping": "yellow",
+    "stopped": "dim",
+    "queued": "cyan",
+    "probing": "cyan",
+    "starting": "cyan",
+}
+
+
+def console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def progress_text(progress: dict[str, Any] | None) -> str:
+    if not progress:
+        return "-"
+    parts = []
+    if progress.get("epoch") is not None:
+        parts.append(f"epoch {progress['epoch']}/{progress.get('epochs', '?')}")
+    if progress.get("batch") is not None:
+        parts.append(f"batch {progress['batch']}/{progress.get('batches', '?')}")
+    if progress.get("step") is not None:
+        parts.append(f"step {progress['step']}")
+    for key in ("mAP50-95", "mAP50"):
+        if progress.get(key) is not None:
+            parts.append(f"{key} {float(progress[key]):.3f}")
+            break
+    return " ".join(parts) or "-"
+
+
+def status_table(jobs: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("NAME", "STATE", "ATTEMPTS", "PID", "DEVICE", "PROGRESS", "LAST FAULT", "WHY"):
+        table.add_column(column)
+    for job in jobs:
+        style = STATE_STYLE.get(job["state"], "")
+        table.add_row(
+            job["name"],
+            f"[{style}]{job['state']}[/]" if style else job["state"],
+            str(job["attempts"]),
+            str(job["pid"] or "-"),
+            str(job["device"] or "-"),
+            progress_text(job.get("progress")),
+            job["last_fault"] or "-",
+            job.get("reason") or "",
+        )
+    return table
+
+
+HIDDEN = {"id", "ts", "job", "attempt", "event"}
+
+
+def event_line(event: dict[str, Any]) -> str:
+    when = dt.datetime.fromtimestamp(event["ts"]).strftime("%Y-%m-%d %H:%M:%S")
+    attempt = f"#{event['attempt']}" if event.get("attempt") is not None else "  "
+    fields = {k: v for k, v in event.items() if k not in HIDDEN and v not in (None, {}, [])}
+    detail = " ".join(f"{k}={_short(v)}" for k, v in fields.items())
+    return f"{when} {event['job']} {attempt} {event['event']} {detail}".rstrip()
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")

@@ -1,0 +1,134 @@
+"""Shared helpers: a real rsupd in a temp dir, the real CLI, deadline waits, cleanup."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+    """Poll `cond` until it returns something truthy; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+class Rsupd:
+    """One real rsupd process with its own state dir and socket."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.state = root / "state"
+        self.socket = root / "rsupd.sock"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = root / "rsupd.log"
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "rsup.supervisor.daemon",
+                 "--state-dir", str(self.state), "--socket", str(self.socket)],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        wait_for(lambda: self.cli("status", "--json").returncode == 0, 15, "rsupd to answer")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        self.proc.wait(15)
+
+    def cli(self, *args: str, user: int | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "rsup.supervisor.cli", "--socket", str(self.socket), *args],
+            capture_output=True, text=True, timeout=timeout, user=user,
+        )  # fmt: skip
+
+    def status(self, name: str) -> dict[str, Any]:
+        result = self.cli("status", name, "--json")
+        assert result.returncode == 0, result.stderr
+        return dict(json.loads(result.stdout)[0])
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        result = self.cli("events", name, "--json")
+        assert result.returncode == 0, result.stderr
+        return list(json.loads(result.stdout))
+
+    def wait_state(self, name: str, *states: str, timeout: float = 30) -> dict[str, Any]:
+        return dict(wait_for(lambda: (s := self.status(name))["state"] in states and s, timeout,
+                             f"job {name} to reach {states}"))  # fmt: skip
+
+
+def write_spec(folder: Path, name: str, command: list[str], **extra: Any) -> Path:
+    import yaml
+
+    spec = {"name": name, "command": command, **extra}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def kill_leftovers(state: Path) -> None:
+    """Kill any shim or job still alive from this test's state dir (a failed test's debris)."""
+    for proc in psutil.process_iter(["pid", "cmdline", "environ"]):
+        try:
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            env = proc.info["environ"] or {}
+        except (psutil.Error, TypeError):
+            continue
+        if str(state) in cmdline or str(state) in env.get("RSUP_ATTEMPT_DIR", ""):
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+
+
+@pytest.fixture
+def rsupd(tmp_path: Path) -> Iterator[Rsupd]:
+    daemon = Rsupd(tmp_path)
+    daemon.start()
+    try:
+        yield daemon
+    finally:
+        if daemon.proc and daemon.proc.poll() is None:
+            daemon.cli("stop", "--all", "--force", timeout=60)
+            daemon.proc.terminate()
+            try:
+                daemon.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                daemon.proc.kill()
+        kill_leftovers(daemon.state)
+
+
+@pytest.fixture
+def py() -> str:
+    return sys.executable
+
+
+def env_without_socket() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("RSUP_SOCKET", None)
+    return env
