@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("rsupd")
 S = JobState
+SHIM_READY_WAIT = 10.0  # seconds a just-launched shim gets to take charge of its job
 SHIM_SLACK = 30.0  # beyond the stop grace, before rsupd kills a stuck shim's job itself
 NEXT_STATE = {
     policy.SUCCEED: S.SUCCEEDED,
@@ -137,13 +138,22 @@ class AttemptRunner:
         if not for_hang and job.state == S.RUNNING:
             self.store.move(self.job, S.STOPPING, "stop requested", attempt.n)
         sig = signal.SIGUSR1 if control.force or for_hang else signal.SIGTERM
+        await self._shim_ready(attempt, ended)
         signal_if_same(attempt.shim_pid, attempt.shim_start_time, sig)
         grace = float((job.spec.get("stop") or {}).get("grace", 30))
-        try:
-            await asyncio.wait_for(asyncio.shield(ended), timeout=grace + SHIM_SLACK)
-        except TimeoutError:
+        await asyncio.wait({ended}, timeout=grace + SHIM_SLACK)
+        if not ended.done():
             self._kill_orphaned(attempt, "the shim did not finish stopping the job")
             await ended
+
+    async def _shim_ready(self, attempt: Attempt, ended: asyncio.Future[None]) -> None:
+        """A signal that lands before the shim installed its handlers would kill the shim
+        alone and orphan the job: wait (bounded) until shim.json says it is in charge."""
+        deadline = time.monotonic() + SHIM_READY_WAIT
+        while launch.shim_info(Path(attempt.dir)) is None and not ended.done():
+            if time.monotonic() > deadline:
+                return
+            await asyncio.wait({ended}, timeout=0.02)
 
     def _kill_orphaned(self, attempt: Attempt, why: str) -> None:
         info = launch.shim_info(Path(attempt.dir)) or {}

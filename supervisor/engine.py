@@ -20,6 +20,7 @@ import structlog
 from rsup.supervisor import launch
 from rsup.supervisor.attempts import AttemptRunner
 from rsup.supervisor.paths import Layout
+from rsup.supervisor.procwait import wait_event
 from rsup.supervisor.states import JobState
 from rsup.supervisor.store import Job, Store
 
@@ -190,9 +191,7 @@ class Engine:
 
     async def _backoff(self, job: Job, control: Control) -> None:
         delay = max(0.0, (job.next_start_at or 0.0) - time.time())
-        try:
-            await asyncio.wait_for(control.stop.wait(), timeout=delay)
-        except TimeoutError:
+        if not await wait_event(control.stop, delay):
             self.store.move(job.name, S.STARTING, "backoff over")
             return
         self.store.move(job.name, S.STOPPED, "stopped during backoff; the restart was cancelled")

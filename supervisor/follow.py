@@ -30,6 +30,7 @@ class Follower:
             return b""
         data = self._read_to_eof()
         if self._rotated():
+            data += self._read_to_eof()  # what reached the old file after our last read
             self._reopen_after_rotation()
             data += self._read_to_eof()
         return data

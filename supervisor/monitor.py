@@ -16,7 +16,7 @@ from rsup.supervisor import launch
 from rsup.supervisor.classify import Diagnosis, LiveClassifier
 from rsup.supervisor.follow import Follower, dir_watch
 from rsup.supervisor.hang import HangConfig, HangDetector, HangVerdict
-from rsup.supervisor.procwait import signal_if_same
+from rsup.supervisor.procwait import signal_if_same, wait_event
 from rsup.supervisor.spec import parse_duration
 from rsup.supervisor.store import Attempt, Store
 from rsup.workers import constants as C
@@ -95,10 +95,7 @@ class AttemptMonitor:
             while True:
                 self.poll()
                 self._check_hang()
-                try:
-                    await asyncio.wait_for(wake.wait(), timeout=POLL)
-                except TimeoutError:
-                    pass
+                await wait_event(wake, POLL)
                 wake.clear()
         finally:
             unwatch()

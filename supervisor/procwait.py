@@ -66,3 +66,17 @@ def kill_tree(pid: int | None, started: int | None) -> int:
             pass
     psutil.wait_procs(procs, timeout=5)
     return len(procs)
+
+
+async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
+    """True if `event` was set within `timeout`.
+
+    asyncio.wait_for can swallow a cancellation that races with its inner future
+    (Python < 3.12); asyncio.wait does not, so tasks using this stay cancellable.
+    """
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({waiter}, timeout=timeout)
+    finally:
+        waiter.cancel()
+    return event.is_set()
