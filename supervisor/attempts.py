@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from rsup.supervisor import launch, policy
-from rsup.supervisor.monitor import AttemptMonitor
+from rsup.supervisor.monitor import AttemptMonitor, OutputListener
 from rsup.supervisor.outcome import build_outcome, history_for, limits_for
 from rsup.supervisor.paths import Layout
 from rsup.supervisor.procwait import kill_tree, signal_if_same, wait_exit
@@ -38,8 +38,11 @@ NEXT_STATE = {
 
 
 class AttemptRunner:
-    def __init__(self, store: Store, layout: Layout, job: str) -> None:
+    def __init__(
+        self, store: Store, layout: Layout, job: str, output_listeners: list[OutputListener]
+    ) -> None:
         self.store, self.layout, self.job = store, layout, job
+        self.output_listeners = output_listeners
         self.monitor: AttemptMonitor | None = None
 
     # starting ------------------------------------------------------------
@@ -104,7 +107,7 @@ class AttemptRunner:
         attempt = self.store.attempts(self.job)[-1]
         if attempt.processed:  # rsupd died after deciding but before moving on
             return self._apply_stored(attempt)
-        self.monitor = AttemptMonitor(self.store, self.job, attempt)
+        self.monitor = AttemptMonitor(self.store, self.job, attempt, self.output_listeners)
         watch = asyncio.get_running_loop().create_task(self.monitor.run())
         try:
             await self._wait_end(attempt, control)

@@ -149,6 +149,8 @@ class LiveClassifier:
         self._words, self._words_ci, self._every_line = trigger_words(
             self._fatal, cat.anchors, (_TB_HEADER, *_CHAIN_MARKERS)
         )
+        self._groups = _groups(self._fatal, self._words, self._words_ci)
+        self._keywordless = {i for i, s in enumerate(self._fatal) if not s.keywords}
         self._tb = _Tracebacks()
         self._hits: list[_Hit] = []
         self._lines = 0  # "\n" seen so far
@@ -291,9 +293,17 @@ class LiveClassifier:
             self._add_unknown_exception(body, segment, chain)
 
     def _match(self, body: bytes) -> Signature | None:
-        text = body.decode("utf-8", "replace")
+        """The highest-priority fatal signature matching, unless a warning matches too."""
         lowered = body.lower() if self._words_ci else body
-        found = next((s for s in self._fatal if _matches(s, body, lowered, text)), None)
+        picked = set(self._keywordless)
+        for word, folded, members in self._groups:
+            if word in (lowered if folded else body):
+                picked.update(members)
+        if not picked:
+            return None
+        text = body.decode("utf-8", "replace")
+        fatal = (self._fatal[i] for i in sorted(picked))  # in priority order
+        found = next((s for s in fatal if _matches(s, body, lowered, text)), None)
         if found is None or any(_matches(s, body, lowered, text) for s in self._benign):
             return None
         return found
@@ -350,6 +360,23 @@ class _Finder:
                 self._next[key] = at
             best = at if best < 0 else min(best, at)
         return best
+
+
+def _groups(
+    fatal: list[Signature], words: tuple[bytes, ...], folded: tuple[bytes, ...]
+) -> list[tuple[bytes, bool, tuple[int, ...]]]:
+    """For each trigger word, the fatal signatures (by index) with a keyword containing it."""
+    groups: list[tuple[bytes, bool, tuple[int, ...]]] = []
+    for pool, is_folded in ((words, False), (folded, True)):
+        for word in pool:
+            members = tuple(
+                i
+                for i, s in enumerate(fatal)
+                if s.ignore_case == is_folded and any(word in k for k in s.keywords)
+            )
+            if members:
+                groups.append((word, is_folded, members))
+    return groups
 
 
 def _matches(sig: Signature, body: bytes, lowered: bytes, text: str) -> bool:

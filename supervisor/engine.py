@@ -54,6 +54,8 @@ class Engine:
         self.attempts: dict[str, AttemptRunner] = {}
         self.changed = asyncio.Event()
         self.listeners: list[Callable[[], None]] = []
+        # Called with (job, attempt, bytes) for every piece of job output read (journald).
+        self.output_listeners: list[Callable[[str, int, bytes], None]] = []
 
     # lifecycle of the engine itself --------------------------------------
 
@@ -214,7 +216,7 @@ class Engine:
     def _runner(self, job: Job) -> AttemptRunner:
         runner = self.attempts.get(job.name)
         if runner is None:
-            runner = AttemptRunner(self.store, self.layout, job.name)
+            runner = AttemptRunner(self.store, self.layout, job.name, self.output_listeners)
             self.attempts[job.name] = runner
         return runner
 

@@ -6,6 +6,7 @@ import asyncio
 import json
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,15 @@ PROGRESS_WRITE_EVERY = 1.0  # throttle job.progress writes to the store
 DRILLS_JSON = "drills.json"
 
 
+OutputListener = Callable[[str, int, bytes], None]
+
+
 class AttemptMonitor:
-    def __init__(self, store: Store, job: str, attempt: Attempt) -> None:
+    def __init__(
+        self, store: Store, job: str, attempt: Attempt, output_listeners: list[OutputListener]
+    ) -> None:
         self.store, self.job, self.attempt = store, job, attempt
+        self.output_listeners = output_listeners
         adir = Path(attempt.dir)
         self.output = Follower(adir / C.OUTPUT_LOG)
         self.events = Follower(adir / C.EVENTS_JSONL)
@@ -114,6 +121,8 @@ class AttemptMonitor:
         data = self.output.read()
         if data:
             self.detector.progress(time.monotonic())
+            for listener in self.output_listeners:
+                listener(self.job, self.attempt.n, data)
             for finding in self.classifier.feed(data):
                 self._fault(finding.signature, finding.category, finding.line, finding.text)
         lines = self.events.read()
