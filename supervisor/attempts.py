@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from rsup.supervisor import launch, policy
+from rsup.supervisor import launch, policy, probing, yolojob
 from rsup.supervisor.monitor import AttemptMonitor, OutputListener
 from rsup.supervisor.outcome import build_outcome, history_for, limits_for
 from rsup.supervisor.paths import Layout
+from rsup.supervisor.remedies import miopen_cache_env
 from rsup.supervisor.procwait import kill_tree, signal_if_same, wait_exit
 from rsup.supervisor.states import JobState
-from rsup.supervisor.store import Attempt, Store
+from rsup.supervisor.store import Attempt, Job, Store
 from rsup.workers import constants as C
 
 if TYPE_CHECKING:
@@ -67,8 +68,9 @@ class AttemptRunner:
         who = launch.run_as(job.owner_uid)
         spec = _with_overrides(job.spec, job.overrides)
         argv = launch.job_argv(spec, adir)
-        env = launch.job_env(base_env, spec, self._attempt_env(n, adir, job.device), who)
-        self._prepare(adir, spec, who)
+        extra = {**self._attempt_env(n, adir, job.device), **job.overrides.get("env", {})}
+        env = launch.job_env(base_env, spec, extra, who)
+        self._prepare(adir, job, who)
         attempt = Attempt(self.job, n, str(adir), time.time())
         self.store.add_attempt(attempt)
         self.store.update_job(self.job, attempts=n)
@@ -89,14 +91,20 @@ class AttemptRunner:
             C.ENV_DEVICE: device or "cpu",
             "PYTHONPATH": pythonpath,
         }
+        if device != "cpu":  # kernels compiled once are reused by every later attempt
+            env.update(miopen_cache_env(self.layout.root))
         if device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = ""
         elif device and device.removeprefix("cuda:").isdigit():
             env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = device.removeprefix("cuda:")
         return env
 
-    def _prepare(self, adir: Path, spec: dict[str, Any], who: launch.RunAs | None) -> None:
+    def _prepare(self, adir: Path, job: Job, who: launch.RunAs | None) -> None:
         (adir / C.EVENTS_JSONL).touch()
+        if job.spec.get("kind") == "ultralytics":
+            last_good = self.layout.job_dir(self.job) / "last-good"
+            last_good.mkdir(parents=True, exist_ok=True)
+            yolojob.write_config(adir, job, last_good, job.device)
         if who is not None:
             for path in (adir, adir / C.EVENTS_JSONL):
                 os.chown(path, who.uid, who.gid)
@@ -192,6 +200,10 @@ class AttemptRunner:
         assert job is not None
         fault = None if outcome.category == C.NONE else outcome.category
         overrides = {**job.overrides, **decision.overrides}
+        if decision.action == policy.REPROBE:
+            overrides["reprobe"] = True
+        if fault in policy.GPU_CATEGORIES:
+            probing.invalidate(self.layout, job.device)
         self.store.update_attempt(
             name, attempt.n, ended=time.time(), exit=exit_data, fault=fault,
             outcome=json.dumps(decision.as_event()), processed=1,

@@ -296,14 +296,17 @@ class LiveClassifier:
         """The highest-priority fatal signature matching, unless a warning matches too."""
         lowered = body.lower() if self._words_ci else body
         picked = set(self._keywordless)
-        for word, folded, members in self._groups:
-            if word in (lowered if folded else body):
-                picked.update(members)
+        for word, gate, folded, keywords in self._groups:
+            haystack = lowered if folded else body
+            if word in haystack and gate.search(haystack):
+                for keyword, members in keywords:
+                    if keyword in haystack:
+                        picked.update(members)
         if not picked:
             return None
         text = body.decode("utf-8", "replace")
         fatal = (self._fatal[i] for i in sorted(picked))  # in priority order
-        found = next((s for s in fatal if _matches(s, body, lowered, text)), None)
+        found = next((s for s in fatal if s.regex.search(text)), None)
         if found is None or any(_matches(s, body, lowered, text) for s in self._benign):
             return None
         return found
@@ -362,20 +365,28 @@ class _Finder:
         return best
 
 
+_Group = tuple[bytes, re.Pattern[bytes], bool, tuple[tuple[bytes, tuple[int, ...]], ...]]
+
+
 def _groups(
     fatal: list[Signature], words: tuple[bytes, ...], folded: tuple[bytes, ...]
-) -> list[tuple[bytes, bool, tuple[int, ...]]]:
-    """For each trigger word, the fatal signatures (by index) with a keyword containing it."""
-    groups: list[tuple[bytes, bool, tuple[int, ...]]] = []
+) -> list[_Group]:
+    """For each trigger word: a gate matching any keyword that holds the word, and for each
+    such keyword the fatal signatures (by index) it belongs to. Most lines that hold a
+    trigger word open no gate, and cost one search instead of a test per signature."""
+    groups: list[_Group] = []
     for pool, is_folded in ((words, False), (folded, True)):
         for word in pool:
-            members = tuple(
-                i
-                for i, s in enumerate(fatal)
-                if s.ignore_case == is_folded and any(word in k for k in s.keywords)
-            )
-            if members:
-                groups.append((word, is_folded, members))
+            owners: dict[bytes, list[int]] = {}
+            for i, sig in enumerate(fatal):
+                for keyword in sig.keywords if sig.ignore_case == is_folded else ():
+                    if word in keyword:
+                        owners.setdefault(keyword, []).append(i)
+            if owners:
+                ordered = sorted(owners, key=len, reverse=True)
+                gate = re.compile(b"|".join(re.escape(k) for k in ordered))
+                keywords = tuple((k, tuple(owners[k])) for k in ordered)
+                groups.append((word, gate, is_folded, keywords))
     return groups
 
 

@@ -53,6 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job")
     p.add_argument("--state-dir", type=Path)
     p.add_argument("--inject", action="append", default=[], metavar="KIND[@epoch=K]")
+    p = sub.add_parser("probe", help="check a GPU in stages, each with its own timeout")
+    p.add_argument("--device", default="cuda:0", help="cpu, 0, cuda:0 ... (default cuda:0)")
+    p.add_argument("--python", help="the job's interpreter (default: this one)")
+    p.add_argument("--stage-file", action="append", default=[], metavar="F")
+    p.add_argument("--timeout", action="append", default=[], metavar="STAGE=SECONDS")
+    p.add_argument("--no-remedies", action="store_true", help="one probe, no remedy ladder")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("demo-data", help="make the synthetic thermal data set (YOLO format)")
+    p.add_argument("dir")
+    p.add_argument("--train", type=int, default=64)
+    p.add_argument("--val", type=int, default=16)
+    p.add_argument("--size", type=int, default=160)
     p = sub.add_parser("diagnose", help="classify a training log offline")
     p.add_argument("logfile")
     p.add_argument("--json", action="store_true")
@@ -199,6 +211,19 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return run_diagnose(args.logfile, args.json, sys.stdout)
 
 
+def cmd_probe(args: argparse.Namespace) -> int:
+    from rsup.supervisor.probecmd import run_probe_command
+
+    return run_probe_command(args)
+
+
+def cmd_demo_data(args: argparse.Namespace) -> int:
+    from rsup.workers import demodata
+
+    return demodata.main([args.dir, "--train", str(args.train), "--val", str(args.val),
+                          "--size", str(args.size)])  # fmt: skip
+
+
 COMMANDS = {
     "start": cmd_start,
     "stop": cmd_stop,
@@ -210,6 +235,8 @@ COMMANDS = {
     "inject": cmd_inject,
     "run": cmd_run,
     "diagnose": cmd_diagnose,
+    "probe": cmd_probe,
+    "demo-data": cmd_demo_data,
 }
 
 if __name__ == "__main__":

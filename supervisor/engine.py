@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from rsup.supervisor import launch
+from rsup.supervisor import launch, probing
 from rsup.supervisor.attempts import AttemptRunner
 from rsup.supervisor.paths import Layout
 from rsup.supervisor.procwait import wait_event
@@ -152,7 +152,7 @@ class Engine:
         control = self.controls[name]
         steps: dict[JobState, Callable[[Job, Control], Awaitable[None]]] = {
             S.QUEUED: self._queued,
-            S.PROBING: self._queued,
+            S.PROBING: self._probing,
             S.BACKOFF: self._backoff,
             S.STARTING: self._starting,
             S.RUNNING: self._running,
@@ -189,12 +189,36 @@ class Engine:
             return
         device = job.device or _initial_device(job.spec)
         self.store.update_job(job.name, device=device)
-        self.store.move(job.name, S.STARTING, f"starting on {device}")
+        if probing.wants_probe(job, device):
+            self.store.move(job.name, S.PROBING, f"probing {device} before trusting it")
+        else:
+            self.store.move(job.name, S.STARTING, f"starting on {device}")
+
+    async def _probing(self, job: Job, control: Control) -> None:
+        device = job.device or _initial_device(job.spec)
+        result = await probing.probe_for(job, device, self.layout, self.base_env)
+        overrides = {k: v for k, v in job.overrides.items() if k != "reprobe"}
+        if result.env:
+            overrides["env"] = {**overrides.get("env", {}), **result.env}
+        self.store.update_job(job.name, device=result.device or device, overrides=overrides)
+        self.store.emit(job.name, job.attempts or None, "probe_verdict", verdict=result.report["verdict"],
+                        device=result.report["device"], env=result.env, reason=result.reason,
+                        stages=[{k: s[k] for k in ("name", "status", "seconds", "error")}
+                                for s in result.report["stages"]])  # fmt: skip
+        if control.stop.is_set():
+            self.store.move(job.name, S.STOPPED, "stopped while probing")
+        elif result.device is None:
+            self.store.move(job.name, S.FAILED, result.reason)
+        else:
+            self.store.move(job.name, S.STARTING, result.reason)
 
     async def _backoff(self, job: Job, control: Control) -> None:
         delay = max(0.0, (job.next_start_at or 0.0) - time.time())
         if not await wait_event(control.stop, delay):
-            self.store.move(job.name, S.STARTING, "backoff over")
+            if job.overrides.get("reprobe"):
+                self.store.move(job.name, S.PROBING, "backoff over; re-probing the GPU")
+            else:
+                self.store.move(job.name, S.STARTING, "backoff over")
             return
         self.store.move(job.name, S.STOPPED, "stopped during backoff; the restart was cancelled")
 

@@ -15,7 +15,7 @@ from rsup.supervisor.spec import load_spec
 from rsup.supervisor.states import JobState
 from rsup.workers import constants as C
 
-QUIET_EVENTS = {"progress"}
+QUIET_EVENTS = {"last_good_kept", "checkpoint_saved", "job_submitted"}
 
 
 def parse_inject(text: str) -> tuple[str, int | None]:
@@ -72,5 +72,7 @@ async def _supervise(layout: Layout, spec: dict[str, Any], drills: list[tuple[st
 
 
 def _print_event(event: dict[str, Any]) -> None:
-    if event["event"] not in QUIET_EVENTS:
+    if event["event"] == "progress":
+        print(f"  {event['job']} #{event['attempt']} {show.progress_text(event)}", flush=True)
+    elif event["event"] not in QUIET_EVENTS:
         print(show.event_line(event), flush=True)

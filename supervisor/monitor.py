@@ -26,6 +26,11 @@ log = structlog.get_logger("rsupd")
 POLL = 0.5  # fallback when inotify says nothing; also the hang check period
 PROGRESS_WRITE_EVERY = 1.0  # throttle job.progress writes to the store
 DRILLS_JSON = "drills.json"
+# What the Ultralytics worker says that is worth keeping with the job's events.
+WORKER_EVENTS = frozenset(
+    {"run_started", "run_incomplete", "run_failed", "checkpoint_restored",
+     "checkpoint_invalid", "last_good_kept"}
+)  # fmt: skip
 
 
 OutputListener = Callable[[str, int, bytes], None]
@@ -177,7 +182,7 @@ class AttemptMonitor:
             match = [d for d in self.drills if d.get("kind") == record.get("kind")]
             if match:
                 self._mark_fired(match[0])
-        elif kind == "run_started":
+        elif kind in WORKER_EVENTS:
             self.store.emit(self.job, self.attempt.n, kind, **record)
 
     def _progress(self, record: dict[str, Any], force: bool) -> None:
