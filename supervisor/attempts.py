@@ -14,7 +14,7 @@ import structlog
 
 from rsup.supervisor import launch, policy, probing, yolojob
 from rsup.supervisor.monitor import AttemptMonitor, OutputListener
-from rsup.supervisor.outcome import build_outcome, history_for, limits_for
+from rsup.supervisor.outcome import build_outcome, describe, history_for, limits_for
 from rsup.supervisor.paths import Layout
 from rsup.supervisor.remedies import miopen_cache_env
 from rsup.supervisor.procwait import kill_tree, signal_if_same, wait_exit
@@ -232,8 +232,8 @@ class AttemptRunner:
         if job.state == S.STOPPING and state not in (S.SUCCEEDED, S.FAILED):
             state = S.STOPPED
         reason = decision.reason
-        if state == S.BACKOFF:
-            reason = f"{reason}; attempt {n + 1} in {decision.delay:g} s"
+        if state in (S.BACKOFF, S.FAILED) and decision.evidence:
+            reason = describe(n, decision.evidence, decision, job.progress)
         return state, reason, n
 
 

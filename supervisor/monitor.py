@@ -53,6 +53,7 @@ class AttemptMonitor:
         self.progress_seen = False
         self.progress: dict[str, Any] | None = None
         self.faults_emitted: set[str] = set()
+        self.drills_fired: list[str] = []
         self.pending = b""
         self.job_pid: int | None = None
         self.job_start: int | None = None
@@ -90,6 +91,8 @@ class AttemptMonitor:
                 signal_if_same(self.job_pid, self.job_start, sig)
 
     def _mark_fired(self, drill: dict[str, Any]) -> None:
+        if drill["kind"] not in self.drills_fired:
+            self.drills_fired.append(drill["kind"])
         self.drills = [d for d in self.drills if d.get("id") != drill.get("id")]
         job = self.store.get_job(self.job)
         if job is None:
@@ -179,6 +182,7 @@ class AttemptMonitor:
             self.completed = True
             self.store.emit(self.job, self.attempt.n, "run_completed", **record)
         elif kind == "drill_fired":
+            self.drills_fired.append(str(record.get("kind")))
             match = [d for d in self.drills if d.get("kind") == record.get("kind")]
             if match:
                 self._mark_fired(match[0])

@@ -30,12 +30,15 @@ def build_outcome(
     else:
         diagnosis_category, lines = diagnosis.category, tuple(t for _, t in diagnosis.evidence)
     stop = bool(exit_data.get("stop_requested")) or job.state.value == "stopping"
+    if sig == signal.SIGKILL and "kill" in monitor.drills_fired and diagnosis_category == C.UNKNOWN:
+        lines = ("SIGKILL sent by the kill drill (rsup inject)",)
     return policy.Outcome(
         exit_code=code,
         signal=sig,
         category=diagnosis_category,
         signature=diagnosis.signature,
         evidence=lines or _exit_words(code, sig),
+        line=diagnosis.line,
         stop_requested=stop,
         ran_for=_ran_for(exit_data),
         advanced=monitor.advanced,
@@ -96,3 +99,18 @@ def limits_for(spec: dict[str, Any]) -> policy.Limits:
         ),
         cpu_fallback=bool((spec.get("fallback") or {}).get("cpu", True)),
     )
+
+
+def describe(n: int, outcome: dict[str, Any], decision: policy.Decision,
+             progress: dict[str, Any] | None) -> str:  # fmt: skip
+    """One sentence for people: what killed attempt n, what rsup does now, and when."""
+    ev = decision.evidence
+    what = (ev.get("lines") or ["no evidence"])[0]
+    where = f" at output.log:{ev['line']}" if ev.get("line") else ""
+    category = ev.get("category") or C.UNKNOWN
+    died = f"attempt {n} died of {category} ({what}{where})"
+    if decision.action not in (policy.RESTART, policy.REPROBE):
+        return f"{died}; {decision.reason}"
+    epoch = (progress or {}).get("epoch")
+    resume = f"resuming from epoch {epoch}" if epoch else f"starting attempt {n + 1}"
+    return f"{died}; {decision.reason}; {resume} in {decision.delay:g} s"

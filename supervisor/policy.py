@@ -49,6 +49,7 @@ class Outcome:
     category: str = C.NONE
     signature: str | None = None
     evidence: tuple[str, ...] = ()
+    line: int | None = None  # where in output.log the root cause is
     stop_requested: bool = False
     ran_for: float = 0.0
     advanced: bool = False
@@ -116,6 +117,7 @@ def _evidence(outcome: Outcome) -> dict[str, Any]:
         "category": outcome.category,
         "signature": outcome.signature,
         "lines": list(outcome.evidence[:5]),
+        "line": outcome.line,
         "exit_code": outcome.exit_code,
         "signal": outcome.signal,
         "ran_for": round(outcome.ran_for, 3),
@@ -151,7 +153,7 @@ def _remedy(outcome: Outcome, history: History, limits: Limits) -> Decision:
         return _reprobe_or_cpu(history, limits, category)
     if category == C.NCCL_DISTRIBUTED:
         return Decision(RESTART, "distributed failure: restarting the whole group")
-    return Decision(RESTART, f"attempt {history.attempts} ended ({category}); restarting")
+    return Decision(RESTART, "restarting from the last checkpoint")
 
 
 def _smaller_batch(history: History, limits: Limits) -> Decision:
