@@ -7,52 +7,181 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from rsup.supervisor import logs
 from rsup.supervisor.api import Api
+from rsup.supervisor.configdir import config_file
 from rsup.supervisor.engine import Engine
+from rsup.supervisor.journal import JournalBridge, JournalSender, under_systemd
+from rsup.supervisor.notify import Notifier, SystemdLink, job_environment
 from rsup.supervisor.paths import Layout, default_socket, default_state_dir
 from rsup.supervisor.store import StateError
 from rsup.workers import constants as C
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport
+    import tomli as tomllib
+
 log = structlog.get_logger("rsupd")
+CONFIG_NAME = "rsupd.toml"
+
+
+# configuration (rsupd.toml) ----------------------------------------------------
+
+
+class ConfigError(Exception):
+    """rsupd.toml cannot be read or holds a bad value; the message names file and key."""
+
+
+Switch = bool | str  # True, False or "auto" (decided by whether systemd started rsupd)
+
+
+@dataclass(frozen=True)
+class Config:
+    journal_events: Switch = "auto"
+    forward_output: Switch = "auto"
+    status_debounce: float = 0.5
+
+    def journal_switches(self) -> tuple[bool, bool]:
+        """(events, output) with "auto" resolved: on when running under systemd."""
+        return _resolve(self.journal_events), _resolve(self.forward_output)
+
+
+def _resolve(switch: Switch) -> bool:
+    return under_systemd() if switch == "auto" else bool(switch)
+
+
+def _switch(where: str, value: Any) -> Switch:
+    if isinstance(value, bool) or value == "auto":
+        return value  # type: ignore[no-any-return]
+    raise ConfigError(f'{where} must be true, false or "auto", not {value!r}')
+
+
+def _seconds(where: str, value: Any) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    raise ConfigError(f"{where} must be a number of seconds (0 or more), not {value!r}")
+
+
+# section -> key -> (Config field, check)
+SCHEMA: dict[str, dict[str, tuple[str, Callable[[str, Any], Any]]]] = {
+    "journal": {
+        "events": ("journal_events", _switch),
+        "forward_output": ("forward_output", _switch),
+    },
+    "status": {"debounce": ("status_debounce", _seconds)},
+}
+
+
+def load_config(path: Path | None) -> Config:
+    """Read rsupd.toml: `path`, else the default one in rsup's config folder, else defaults."""
+    if path is None:
+        path = config_file(CONFIG_NAME)
+        if not path.exists():
+            return Config()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return Config(**_fields(path, data))
+
+
+def _fields(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for section, table in data.items():
+        keys = SCHEMA.get(section)
+        if keys is None or not isinstance(table, dict):
+            known = ", ".join(f"[{s}]" for s in SCHEMA)
+            raise ConfigError(f"{path}: unknown section [{section}] (known: {known})")
+        for key, value in table.items():
+            if key not in keys:
+                raise ConfigError(f"{path}: unknown key {key!r} in [{section}] "
+                                  f"(known: {', '.join(keys)})")  # fmt: skip
+            name, check = keys[key]
+            fields[name] = check(f"{path}: [{section}] {key}", value)
+    return fields
+
+
+# the daemon --------------------------------------------------------------------
 
 
 class Daemon:
-    def __init__(self, state_dir: Path, socket_path: Path) -> None:
+    def __init__(self, state_dir: Path, socket_path: Path, config_path: Path | None = None,
+                 config: Config | None = None) -> None:  # fmt: skip
         self.layout = Layout(state_dir)
         self.socket_path = socket_path
+        self.config_path = config_path
+        self.config = config or Config()
         self.signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
 
     async def run(self) -> int:
-        engine = Engine(self.layout)
+        engine = Engine(self.layout, base_env=job_environment())
         api = Api(engine)
+        link = SystemdLink(Notifier(), lambda: [j.state for j in engine.store.jobs()],
+                           self.config.status_debounce)  # fmt: skip
+        journal = JournalBridge(JournalSender(), *self.config.journal_switches())
+        engine.listeners.append(link.changed)
+        engine.store.listeners.append(journal.on_event)
+        engine.output_listeners.append(journal.on_output)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, self.signals.put_nowait, sig)
-        await engine.recover()
-        await api.listen(self.socket_path)
-        log.info("rsupd ready", socket=str(self.socket_path), state_dir=str(self.layout.root),
-                 pid=os.getpid())  # fmt: skip
         try:
-            while True:
-                sig = await self.signals.get()
-                if sig == signal.SIGHUP:
-                    log.info("reload requested (SIGHUP); nothing to re-read yet")
-                    continue
-                log.info("rsupd stopping; jobs keep running under their shims", signal=sig.name)
-                return 0
+            await engine.recover()
+            await api.listen(self.socket_path)
+            link.start()
+            link.ready()  # only now: the socket accepts and every stored job is picked up
+            log.info("rsupd ready", socket=str(self.socket_path), state_dir=str(self.layout.root),
+                     pid=os.getpid(), journal_events=journal.events,
+                     journal_output=journal.output)  # fmt: skip
+            return await self._serve(link, journal)
         finally:
+            await link.close()
             await api.close()
             await engine.close()
+            journal.sender.close()
+
+    async def _serve(self, link: SystemdLink, journal: JournalBridge) -> int:
+        while True:
+            sig = await self.signals.get()
+            if sig == signal.SIGHUP:
+                self.handle_hup(link, journal)
+                continue
+            link.stopping()
+            sender = journal.sender
+            log.info("rsupd stopping; jobs keep running under their shims", signal=sig.name,
+                     journal_sent=sender.sent, journal_dropped=sender.dropped)  # fmt: skip
+            return C.EXIT_OK
+
+    def handle_hup(self, link: SystemdLink, journal: JournalBridge) -> None:
+        """SIGHUP: re-read rsupd.toml; a bad file keeps the running configuration."""
+        link.reloading()
+        try:
+            self.config = load_config(self.config_path)
+        except ConfigError as exc:
+            log.error("configuration not reloaded; the previous one stays in force", error=str(exc))
+        else:
+            journal.events, journal.output = self.config.journal_switches()
+            link.debounce = self.config.status_debounce
+            log.info("configuration reloaded", config=str(self.config_path or "defaults"),
+                     journal_events=journal.events, journal_output=journal.output)  # fmt: skip
+        link.ready()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="rsupd", description="rsup daemon (runs in the foreground)")
-    parser.add_argument("--config", type=Path, help="rsupd.toml (default: none)")
+    parser = argparse.ArgumentParser(prog="rsupd", description="rsup daemon (in the foreground)")
+    parser.add_argument(
+        "--config", type=Path, help=f"{CONFIG_NAME} (default: config/{CONFIG_NAME})"
+    )
     parser.add_argument("--state-dir", type=Path, default=None)
     parser.add_argument("--socket", type=Path, default=None)
     parser.add_argument("--log-level", default="info")
@@ -62,10 +191,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logs.configure(args.log_level)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"rsupd: {exc}", file=sys.stderr)
+        return C.EXIT_USAGE
     state_dir = args.state_dir or default_state_dir()
     socket_path = args.socket or default_socket()
     try:
-        return asyncio.run(Daemon(state_dir, socket_path).run())
+        return asyncio.run(Daemon(state_dir, socket_path, args.config, config).run())
     except StateError as exc:
         print(f"rsupd: {exc}", file=sys.stderr)
         return C.EXIT_FAILED

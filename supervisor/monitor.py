@@ -118,6 +118,8 @@ class AttemptMonitor:
     def drain(self) -> None:
         """Read what is left once the attempt has ended."""
         self.poll()
+        for finding in self.classifier.close():
+            self._fault(finding.signature, finding.category, finding.line, finding.text)
         self.output.close()
         self.events.close()
 
@@ -191,6 +193,7 @@ class AttemptMonitor:
 
     def _progress(self, record: dict[str, Any], force: bool) -> None:
         self.progress_seen = True
+        self.classifier.note_progress()
         self.progress = {**(self.progress or {}), **record, "at": time.time()}
         if self.drills and self.kind != "ultralytics":
             self._fire_due()

@@ -24,7 +24,8 @@ def build_outcome(
         verdict = monitor.hang_verdict
         return policy.Outcome(code, sig, C.HANG, "hang", (verdict.describe(),),
                               ran_for=_ran_for(exit_data), advanced=monitor.advanced)  # fmt: skip
-    diagnosis = classify_exit(monitor.diagnosis(), code, sig)
+    stopped = bool(exit_data.get("stop_requested")) or job.state.value == "stopping"
+    diagnosis = classify_exit(monitor.diagnosis(), code, sig, stop_requested=stopped)
     if not exit_data:
         diagnosis_category, lines = C.UNKNOWN, ("the shim died before the job's exit was recorded",)
     else:
