@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-
 from rsup.supervisor import views
 from rsup.supervisor.engine import Engine, EngineError
 from rsup.supervisor.spec import SpecError, spec_from_json
@@ -51,7 +50,9 @@ class Api:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.is_socket():
             path.unlink()
-        self.server = await asyncio.start_unix_server(self._serve, path=str(path), limit=MAX_REQUEST)
+        self.server = await asyncio.start_unix_server(
+            self._serve, path=str(path), limit=MAX_REQUEST
+        )
         os.chmod(path, 0o660)
 
     async def close(self) -> None:
@@ -66,7 +67,9 @@ class Api:
                 line = await asyncio.wait_for(reader.readline(), timeout=READ_TIMEOUT)
                 if not line:
                     break
-                writer.write(json.dumps(await self._answer(line, uid), default=str).encode() + b"\n")
+                writer.write(
+                    json.dumps(await self._answer(line, uid), default=str).encode() + b"\n"
+                )
                 await writer.drain()
         except (TimeoutError, ValueError, ConnectionError, asyncio.LimitOverrunError):
             pass  # garbage, huge or slow client: drop it, the daemon goes on
@@ -77,7 +80,7 @@ class Api:
         try:
             request = json.loads(line)
             if not isinstance(request, dict) or not isinstance(request.get("op"), str):
-                raise ApiError("a request is a JSON object with an \"op\" field", 2)
+                raise ApiError('a request is a JSON object with an "op" field', 2)
             handler = self.handlers.get(request["op"])
             if handler is None:
                 raise ApiError(f"unknown operation {request['op']!r}", 2)
@@ -153,13 +156,19 @@ class Api:
             raise ApiError("this operation needs a job name", 2)
         job = self.engine.get(name)
         if not _may_see(job.owner_uid, uid):
-            raise ApiError(f"job {name} belongs to another user (uid {job.owner_uid}); not yours to see or control")
+            raise ApiError(
+                f"job {name} belongs to another user (uid {job.owner_uid}); "
+                "not yours to see or control"
+            )
         return job
 
     def _names(self, request: dict[str, Any], uid: int) -> list[str]:
         if request.get("all"):
-            return [j.name for j in self.engine.store.jobs()
-                    if _may_see(j.owner_uid, uid) and not j.state.terminal]  # fmt: skip
+            return [
+                j.name
+                for j in self.engine.store.jobs()
+                if _may_see(j.owner_uid, uid) and not j.state.terminal
+            ]
         return [self._own(request, uid).name]
 
 
@@ -185,4 +194,6 @@ def _owner_for(spec: dict[str, Any], uid: int) -> int:
     try:
         return pwd.getpwnam(str(user)).pw_uid
     except KeyError:
-        raise ApiError(f"user {user!r} named in the spec does not exist on this machine", 2) from None
+        raise ApiError(
+            f"user {user!r} named in the spec does not exist on this machine", 2
+        ) from None

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
-
 from rsup.supervisor import launch, policy, probing, yolojob
+from rsup.supervisor.launch import RunAs
 from rsup.supervisor.monitor import AttemptMonitor, OutputListener
 from rsup.supervisor.outcome import build_outcome, describe, history_for, limits_for
 from rsup.supervisor.paths import Layout
-from rsup.supervisor.remedies import miopen_cache_env
 from rsup.supervisor.procwait import kill_tree, signal_if_same, wait_exit
+from rsup.supervisor.remedies import miopen_cache_env
 from rsup.supervisor.states import JobState
 from rsup.supervisor.store import Attempt, Job, Store
 from rsup.workers import constants as C
@@ -76,13 +76,24 @@ class AttemptRunner:
         self.store.update_job(self.job, attempts=n)
         pid = launch.start_shim(launch.shim_argv(spec, adir, argv, who), env)
         attempt.shim_pid, attempt.shim_start_time = pid, launch.start_time(pid)
-        self.store.update_attempt(self.job, n, shim_pid=pid, shim_start_time=attempt.shim_start_time)
-        self.store.emit(self.job, n, "attempt_started", argv=argv, device=job.device, shim_pid=pid,
-                        overrides=job.overrides)  # fmt: skip
+        self.store.update_attempt(
+            self.job, n, shim_pid=pid, shim_start_time=attempt.shim_start_time
+        )
+        self.store.emit(
+            self.job,
+            n,
+            "attempt_started",
+            argv=argv,
+            device=job.device,
+            shim_pid=pid,
+            overrides=job.overrides,
+        )
         return attempt
 
     def _attempt_env(self, n: int, adir: Path, device: str | None) -> dict[str, str]:
-        pythonpath = os.pathsep.join(p for p in (str(self.layout.pylib), os.environ.get("PYTHONPATH")) if p)
+        pythonpath = os.pathsep.join(
+            p for p in (str(self.layout.pylib), os.environ.get("PYTHONPATH")) if p
+        )
         env = {
             C.ENV_JOB: self.job,
             C.ENV_ATTEMPT: str(n),
@@ -99,7 +110,7 @@ class AttemptRunner:
             env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = device.removeprefix("cuda:")
         return env
 
-    def _prepare(self, adir: Path, job: Job, who: launch.RunAs | None) -> None:
+    def _prepare(self, adir: Path, job: Job, who: RunAs | None) -> None:
         (adir / C.EVENTS_JSONL).touch()
         if job.spec.get("kind") == "ultralytics":
             last_good = self.layout.job_dir(self.job) / "last-good"
@@ -205,15 +216,25 @@ class AttemptRunner:
         if fault in policy.GPU_CATEGORIES:
             probing.invalidate(self.layout, job.device)
         self.store.update_attempt(
-            name, attempt.n, ended=time.time(), exit=exit_data, fault=fault,
-            outcome=json.dumps(decision.as_event()), processed=1,
-        )  # fmt: skip
+            name,
+            attempt.n,
+            ended=time.time(),
+            exit=exit_data,
+            fault=fault,
+            outcome=json.dumps(decision.as_event()),
+            processed=1,
+        )
         self.store.update_job(
-            name, restarts=decision.restarts, stalled=history.stalled, overrides=overrides,
-            failures=history.failures, same_fault=history.same_category,
-            last_fault=fault or job.last_fault, next_start_at=time.time() + decision.delay,
+            name,
+            restarts=decision.restarts,
+            stalled=history.stalled,
+            overrides=overrides,
+            failures=history.failures,
+            same_fault=history.same_category,
+            last_fault=fault or job.last_fault,
+            next_start_at=time.time() + decision.delay,
             device=overrides.get("device", job.device),
-        )  # fmt: skip
+        )
         self.store.emit(name, attempt.n, "attempt_ended", exit=exit_data, category=outcome.category)
         self.store.emit(name, attempt.n, "decision", **decision.as_event())
 

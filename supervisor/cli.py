@@ -153,8 +153,12 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
         return read_journal(args.name, args.follow, args.lines)
     client = _client(args)
-    chunk = client.call("logs", name=args.name, attempt=args.attempt,
-                        lines=args.lines if args.lines is not None else (10 if args.follow else None))  # fmt: skip
+    chunk = client.call(
+        "logs",
+        name=args.name,
+        attempt=args.attempt,
+        lines=args.lines if args.lines is not None else (10 if args.follow else None),
+    )
     _write(chunk["data"])
     while args.follow:
         chunk = _follow_step(client, args, chunk)
@@ -163,7 +167,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return C.EXIT_OK
 
 
-def _follow_step(client: Client, args: argparse.Namespace, last: dict[str, Any]) -> dict[str, Any] | None:
+def _follow_step(
+    client: Client, args: argparse.Namespace, last: dict[str, Any]
+) -> dict[str, Any] | None:
     if last["attempt"] is None:
         time.sleep(FOLLOW_POLL)
         return dict(client.call("logs", name=args.name, attempt=args.attempt))
@@ -220,8 +226,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_demo_data(args: argparse.Namespace) -> int:
     from rsup.workers import demodata
 
-    return demodata.main([args.dir, "--train", str(args.train), "--val", str(args.val),
-                          "--size", str(args.size)])  # fmt: skip
+    return demodata.main(
+        [args.dir, "--train", str(args.train), "--val", str(args.val), "--size", str(args.size)]
+    )
 
 
 COMMANDS = {

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-
 from rsup.supervisor import logs
 from rsup.supervisor.api import Api
 from rsup.supervisor.configdir import config_file

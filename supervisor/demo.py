@@ -21,8 +21,10 @@ def main() -> int:
         shutil.rmtree(WORK / stale, ignore_errors=True)
     print(f"rsup demo: making the synthetic thermal data set in {WORK / 'data'}", flush=True)
     demodata.main([str(WORK / "data"), "--train", "64", "--val", "16", "--size", "160"])
-    print(f"rsup demo: training under rsup; the {KILL_AT} drill SIGKILLs the trainer mid-epoch",
-          flush=True)  # fmt: skip
+    print(
+        f"rsup demo: training under rsup; the {KILL_AT} drill SIGKILLs the trainer mid-epoch",
+        flush=True,
+    )
     code = run_foreground(SPEC, WORK / "state", [KILL_AT])
     _summary(WORK / "runs" / "demo")
     return code

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-
 from rsup.supervisor import launch, probing
 from rsup.supervisor.attempts import AttemptRunner
 from rsup.supervisor.paths import Layout
@@ -201,10 +200,19 @@ class Engine:
         if result.env:
             overrides["env"] = {**overrides.get("env", {}), **result.env}
         self.store.update_job(job.name, device=result.device or device, overrides=overrides)
-        self.store.emit(job.name, job.attempts or None, "probe_verdict", verdict=result.report["verdict"],
-                        device=result.report["device"], env=result.env, reason=result.reason,
-                        stages=[{k: s[k] for k in ("name", "status", "seconds", "error")}
-                                for s in result.report["stages"]])  # fmt: skip
+        self.store.emit(
+            job.name,
+            job.attempts or None,
+            "probe_verdict",
+            verdict=result.report["verdict"],
+            device=result.report["device"],
+            env=result.env,
+            reason=result.reason,
+            stages=[
+                {k: s[k] for k in ("name", "status", "seconds", "error")}
+                for s in result.report["stages"]
+            ],
+        )
         if control.stop.is_set():
             self.store.move(job.name, S.STOPPED, "stopped while probing")
         elif result.device is None:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from rsup.workers import constants as C
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
-
-from rsup.workers import constants as C
 
 CHUNK = 1 << 20
 
@@ -94,10 +94,8 @@ class DirWatch:
             watch = self.observer.schedule(handler, str(folder), recursive=False)
 
         def unwatch() -> None:
-            try:
+            with contextlib.suppress(KeyError, ValueError):
                 self.observer.unschedule(watch)
-            except (KeyError, ValueError):
-                pass
 
         return unwatch
 

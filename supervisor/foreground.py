@@ -45,7 +45,9 @@ def run_foreground(spec_path: Path, state_dir: Path | None, injects: list[str]) 
     return C.EXIT_OK if state == JobState.SUCCEEDED else C.EXIT_FAILED
 
 
-async def _supervise(layout: Layout, spec: dict[str, Any], drills: list[tuple[str, int | None]]) -> JobState:
+async def _supervise(
+    layout: Layout, spec: dict[str, Any], drills: list[tuple[str, int | None]]
+) -> JobState:
     import os
 
     engine = Engine(layout)

@@ -21,7 +21,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
-
 from rsup.workers import constants as C
 
 log = structlog.get_logger("rsupd")

@@ -106,13 +106,20 @@ def shim_argv(
     stop = spec.get("stop") or {}
     limits = spec.get("limits") or {}
     cmd = [
-        sys.executable, "-m", "rsup.workers.shim",
-        "--attempt-dir", str(attempt_dir),
-        "--grace", str(stop.get("grace", 30)),
-        "--stop-signal", str(stop.get("signal", "SIGTERM")),
-        "--max-log-bytes", str(limits.get("log_max_bytes", 256 * 1024 * 1024)),
-        "--cwd", str(spec.get("cwd") or "."),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "rsup.workers.shim",
+        "--attempt-dir",
+        str(attempt_dir),
+        "--grace",
+        str(stop.get("grace", 30)),
+        "--stop-signal",
+        str(stop.get("signal", "SIGTERM")),
+        "--max-log-bytes",
+        str(limits.get("log_max_bytes", 256 * 1024 * 1024)),
+        "--cwd",
+        str(spec.get("cwd") or "."),
+    ]
     if who is not None:
         groups = ",".join(str(g) for g in who.groups)
         cmd += ["--user", str(who.uid), "--group", str(who.gid), "--groups", groups]

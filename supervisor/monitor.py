@@ -12,7 +12,6 @@ from typing import Any
 
 import psutil
 import structlog
-
 from rsup.supervisor import launch
 from rsup.supervisor.classify import Diagnosis, LiveClassifier
 from rsup.supervisor.follow import Follower, dir_watch
@@ -28,9 +27,15 @@ PROGRESS_WRITE_EVERY = 1.0  # throttle job.progress writes to the store
 DRILLS_JSON = "drills.json"
 # What the Ultralytics worker says that is worth keeping with the job's events.
 WORKER_EVENTS = frozenset(
-    {"run_started", "run_incomplete", "run_failed", "checkpoint_restored",
-     "checkpoint_invalid", "last_good_kept"}
-)  # fmt: skip
+    {
+        "run_started",
+        "run_incomplete",
+        "run_failed",
+        "checkpoint_restored",
+        "checkpoint_invalid",
+        "last_good_kept",
+    }
+)
 
 
 OutputListener = Callable[[str, int, bytes], None]
@@ -84,7 +89,9 @@ class AttemptMonitor:
         """Command jobs: rsupd does the drill itself (SIGKILL or SIGSTOP of the job)."""
         epoch = (self.progress or {}).get("epoch")
         for drill in list(self.drills):
-            due = drill.get("at_epoch") is None or (epoch is not None and epoch >= drill["at_epoch"])
+            due = drill.get("at_epoch") is None or (
+                epoch is not None and epoch >= drill["at_epoch"]
+            )
             if due and self.job_pid is not None:
                 sig = signal.SIGKILL if drill["kind"] == "kill" else signal.SIGSTOP
                 self._mark_fired(drill)
@@ -99,13 +106,23 @@ class AttemptMonitor:
             return
         drills = [{**d, "fired": True} if d.get("id") == drill.get("id") else d for d in job.drills]
         self.store.update_job(self.job, drills=drills)
-        self.store.emit(self.job, self.attempt.n, "drill_fired", kind=drill["kind"],
-                        at_epoch=drill.get("at_epoch"), epoch=(self.progress or {}).get("epoch"))  # fmt: skip
+        self.store.emit(
+            self.job,
+            self.attempt.n,
+            "drill_fired",
+            kind=drill["kind"],
+            at_epoch=drill.get("at_epoch"),
+            epoch=(self.progress or {}).get("epoch"),
+        )
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         wake = asyncio.Event()
-        unwatch = dir_watch().watch(Path(self.attempt.dir), lambda: loop.call_soon_threadsafe(wake.set))
+
+        def wake_up() -> None:
+            loop.call_soon_threadsafe(wake.set)
+
+        unwatch = dir_watch().watch(Path(self.attempt.dir), wake_up)
         try:
             while True:
                 self.poll()
@@ -154,8 +171,15 @@ class AttemptMonitor:
         if signature in self.faults_emitted:
             return
         self.faults_emitted.add(signature)
-        self.store.emit(self.job, self.attempt.n, "fault_detected", category=category,
-                        signature=signature, line=line, text=text[:500])  # fmt: skip
+        self.store.emit(
+            self.job,
+            self.attempt.n,
+            "fault_detected",
+            category=category,
+            signature=signature,
+            line=line,
+            text=text[:500],
+        )
 
     def _events(self, data: bytes) -> None:
         data = self.pending + data
@@ -209,9 +233,16 @@ class AttemptMonitor:
         if verdict is None:
             return
         self.hang_verdict = verdict
-        self.store.emit(self.job, self.attempt.n, "hang_detected", silent_for=round(verdict.silent_for, 2),
-                        limit=verdict.limit, cpu_cores=round(verdict.cpu_cores, 3), busy=verdict.busy,
-                        message=verdict.describe())  # fmt: skip
+        self.store.emit(
+            self.job,
+            self.attempt.n,
+            "hang_detected",
+            silent_for=round(verdict.silent_for, 2),
+            limit=verdict.limit,
+            cpu_cores=round(verdict.cpu_cores, 3),
+            busy=verdict.busy,
+            message=verdict.describe(),
+        )
         self.store.update_job(self.job, hang_timeout=self.detector.timeout)
         self.hung.set()
 

@@ -15,7 +15,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
 import sdnotify
-
 from rsup.supervisor.states import JobState
 
 # Always shown, so a glance at `systemctl status` answers "is anything wrong?".

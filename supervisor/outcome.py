@@ -22,15 +22,22 @@ def build_outcome(
     code, sig = exit_data.get("exit_code"), exit_data.get("signal")
     if monitor.hang_verdict is not None:
         verdict = monitor.hang_verdict
-        return policy.Outcome(code, sig, C.HANG, "hang", (verdict.describe(),),
-                              ran_for=_ran_for(exit_data), advanced=monitor.advanced)  # fmt: skip
+        return policy.Outcome(
+            code,
+            sig,
+            C.HANG,
+            "hang",
+            (verdict.describe(),),
+            ran_for=_ran_for(exit_data),
+            advanced=monitor.advanced,
+        )
     stopped = bool(exit_data.get("stop_requested")) or job.state.value == "stopping"
     diagnosis = classify_exit(monitor.diagnosis(), code, sig, stop_requested=stopped)
+    lines: tuple[str, ...]
     if not exit_data:
         diagnosis_category, lines = C.UNKNOWN, ("the shim died before the job's exit was recorded",)
     else:
         diagnosis_category, lines = diagnosis.category, tuple(t for _, t in diagnosis.evidence)
-    stop = bool(exit_data.get("stop_requested")) or job.state.value == "stopping"
     if sig == signal.SIGKILL and "kill" in monitor.drills_fired and diagnosis_category == C.UNKNOWN:
         lines = ("SIGKILL sent by the kill drill (rsup inject)",)
     return policy.Outcome(
@@ -40,7 +47,7 @@ def build_outcome(
         signature=diagnosis.signature,
         evidence=lines or _exit_words(code, sig),
         line=diagnosis.line,
-        stop_requested=stop,
+        stop_requested=stopped,
         ran_for=_ran_for(exit_data),
         advanced=monitor.advanced,
         completed=monitor.completed if job.spec.get("kind") == "ultralytics" else None,
@@ -102,8 +109,9 @@ def limits_for(spec: dict[str, Any]) -> policy.Limits:
     )
 
 
-def describe(n: int, outcome: dict[str, Any], decision: policy.Decision,
-             progress: dict[str, Any] | None) -> str:  # fmt: skip
+def describe(
+    n: int, outcome: dict[str, Any], decision: policy.Decision, progress: dict[str, Any] | None
+) -> str:
     """One sentence for people: what killed attempt n, what rsup does now, and when."""
     ev = decision.evidence
     what = (ev.get("lines") or ["no evidence"])[0]

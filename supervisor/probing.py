@@ -8,8 +8,8 @@ from typing import Any
 
 from rsup.supervisor import launch
 from rsup.supervisor.paths import Layout
-from rsup.supervisor.probeladder import ProbeSetup, VerdictCache, probe_device
 from rsup.supervisor.probeconfig import load_timeouts
+from rsup.supervisor.probeladder import ProbeSetup, VerdictCache, probe_device
 from rsup.supervisor.spec import parse_duration
 from rsup.supervisor.store import Job
 
@@ -30,7 +30,9 @@ def wants_probe(job: Job, device: str) -> bool:
     return device != "cpu" or bool(probe.get("extra_stages"))
 
 
-async def probe_for(job: Job, device: str, layout: Layout, base_env: dict[str, str]) -> ProbeOutcome:
+async def probe_for(
+    job: Job, device: str, layout: Layout, base_env: dict[str, str]
+) -> ProbeOutcome:
     probe = job.spec.get("probe") or {}
     overrides = {k: parse_duration(v) for k, v in (probe.get("timeouts") or {}).items()}
     setup = ProbeSetup(
@@ -47,15 +49,18 @@ async def probe_for(job: Job, device: str, layout: Layout, base_env: dict[str, s
     return _conclude(job, device, report.to_dict(), report.usable, report.env)
 
 
-def _conclude(job: Job, device: str, report: dict[str, Any], usable: bool,
-              env: dict[str, str]) -> ProbeOutcome:  # fmt: skip
+def _conclude(
+    job: Job, device: str, report: dict[str, Any], usable: bool, env: dict[str, str]
+) -> ProbeOutcome:
     failed = next((s for s in report["stages"] if s["status"] in ("failed", "timeout")), None)
     where = f"{failed['name']} {failed['status']}" if failed else "all stages ok"
     if usable or (device == "cpu" and failed is None):
         extra = f" with {', '.join(f'{k}={v}' for k, v in env.items())}" if env else ""
         return ProbeOutcome(device, dict(env), f"probe: {report['verdict']}{extra}", report)
     if (job.spec.get("fallback") or {}).get("cpu", True) and device != "cpu":
-        return ProbeOutcome("cpu", {}, f"probe: the GPU cannot be trusted ({where}); using the cpu", report)
+        return ProbeOutcome(
+            "cpu", {}, f"probe: the GPU cannot be trusted ({where}); using the cpu", report
+        )
     return ProbeOutcome(None, {}, f"probe failed ({where}) and cpu fallback is off", report)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 
@@ -20,8 +21,8 @@ async def wait_exit(pid: int, started: int | None, poll: float = 1.0) -> None:
         os.close(fd)
         return
     loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+    done: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(fd, _settle, done)
     try:
         await done
     finally:
@@ -30,11 +31,15 @@ async def wait_exit(pid: int, started: int | None, poll: float = 1.0) -> None:
     _reap(pid)
 
 
+def _settle(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
+
+
 def _reap(pid: int) -> None:
-    try:
+    # ChildProcessError: not our child (a shim re-adopted after a restart), nothing to reap.
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass  # not our child: a shim we re-adopted after a restart
 
 
 def signal_if_same(pid: int | None, started: int | None, sig: int) -> bool:
@@ -60,10 +65,8 @@ def kill_tree(pid: int | None, started: int | None) -> int:
     except psutil.Error:
         return 0
     for proc in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGKILL)
-        except psutil.Error:
-            pass
     psutil.wait_procs(procs, timeout=5)
     return len(procs)
 

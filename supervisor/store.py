@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-
 from rsup.supervisor.states import JobState, check_transition
 
 log = structlog.get_logger("rsupd")
@@ -65,14 +64,42 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_job ON events (job, id);
 """
 
-JOB_COLUMNS = (
-    "name owner_uid spec state reason created updated attempts restarts stalled failures same_fault "
-    "next_start_at device last_fault progress overrides drills hang_timeout"
-).split()
+JOB_COLUMNS = [
+    "name",
+    "owner_uid",
+    "spec",
+    "state",
+    "reason",
+    "created",
+    "updated",
+    "attempts",
+    "restarts",
+    "stalled",
+    "failures",
+    "same_fault",
+    "next_start_at",
+    "device",
+    "last_fault",
+    "progress",
+    "overrides",
+    "drills",
+    "hang_timeout",
+]
 JSON_JOB_COLUMNS = {"spec", "progress", "overrides", "drills"}
-ATTEMPT_COLUMNS = (
-    "job n dir started ended shim_pid shim_start_time job_pid exit outcome fault processed"
-).split()
+ATTEMPT_COLUMNS = [
+    "job",
+    "n",
+    "dir",
+    "started",
+    "ended",
+    "shim_pid",
+    "shim_start_time",
+    "job_pid",
+    "exit",
+    "outcome",
+    "fault",
+    "processed",
+]
 
 
 class StateError(RuntimeError):
@@ -208,7 +235,9 @@ class Store:
         values = [_dump_attempt_value(c, getattr(attempt, c)) for c in ATTEMPT_COLUMNS]
         marks = ",".join("?" for _ in ATTEMPT_COLUMNS)
         with self.tx() as db:
-            db.execute(f"INSERT INTO attempts ({','.join(ATTEMPT_COLUMNS)}) VALUES ({marks})", values)
+            db.execute(
+                f"INSERT INTO attempts ({','.join(ATTEMPT_COLUMNS)}) VALUES ({marks})", values
+            )
 
     def update_attempt(self, job: str, n: int, **fields: Any) -> None:
         sets = ",".join(f"{k}=?" for k in fields)

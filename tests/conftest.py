@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -50,10 +51,19 @@ class Rsupd:
     def start(self) -> None:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "rsup.supervisor.daemon",
-                 "--state-dir", str(self.state), "--socket", str(self.socket)],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "rsup.supervisor.daemon",
+                    "--state-dir",
+                    str(self.state),
+                    "--socket",
+                    str(self.socket),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         wait_for(lambda: self.cli("status", "--json").returncode == 0, 15, "rsupd to answer")
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
@@ -61,11 +71,16 @@ class Rsupd:
         self.proc.send_signal(sig)
         self.proc.wait(15)
 
-    def cli(self, *args: str, user: int | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, user: int | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "rsup.supervisor.cli", "--socket", str(self.socket), *args],
-            capture_output=True, text=True, timeout=timeout, user=user,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            user=user,
+        )
 
     def status(self, name: str) -> dict[str, Any]:
         result = self.cli("status", name, "--json")
@@ -78,8 +93,13 @@ class Rsupd:
         return list(json.loads(result.stdout))
 
     def wait_state(self, name: str, *states: str, timeout: float = 30) -> dict[str, Any]:
-        return dict(wait_for(lambda: (s := self.status(name))["state"] in states and s, timeout,
-                             f"job {name} to reach {states}"))  # fmt: skip
+        return dict(
+            wait_for(
+                lambda: (s := self.status(name))["state"] in states and s,
+                timeout,
+                f"job {name} to reach {states}",
+            )
+        )
 
 
 def write_spec(folder: Path, name: str, command: list[str], **extra: Any) -> Path:
@@ -100,10 +120,8 @@ def kill_leftovers(state: Path) -> None:
         except (psutil.Error, TypeError):
             continue
         if str(state) in cmdline or str(state) in env.get("RSUP_ATTEMPT_DIR", ""):
-            try:
+            with contextlib.suppress(psutil.Error):
                 proc.kill()
-            except psutil.Error:
-                pass
 
 
 @pytest.fixture

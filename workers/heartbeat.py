@@ -15,7 +15,7 @@ a file opened with O_APPEND, so lines from several ranks never interleave.
 import json
 import os
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 from rsup.workers.constants import ENV_EVENTS_FILE
 
@@ -44,7 +44,7 @@ def emit(event: str, **fields: Any) -> None:
     fd = _events_fd()
     if fd is None:
         return
-    record: Dict[str, Any] = {"ts": time.time(), "event": event, "pid": os.getpid()}
+    record: dict[str, Any] = {"ts": time.time(), "event": event, "pid": os.getpid()}
     rank = _rank()
     if rank is not None:
         record["rank"] = rank

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-
 from rsup.workers import demodata
+
 from tests.conftest import Rsupd, wait_for
 
 pytest.importorskip("ultralytics")
@@ -29,12 +29,20 @@ def yolo_spec(folder: Path, data: Path, name: str = "yolo", **extra: Any) -> Pat
     spec = {
         "name": name,
         "kind": "ultralytics",
-        "train": {"model": "yolov8n.yaml", "data": str(data), "epochs": EPOCHS, "imgsz": 96,
-                  "batch": 8, "workers": 0, "seed": 0, "plots": False},
+        "train": {
+            "model": "yolov8n.yaml",
+            "data": str(data),
+            "epochs": EPOCHS,
+            "imgsz": 96,
+            "batch": 8,
+            "workers": 0,
+            "seed": 0,
+            "plots": False,
+        },
         "restart": {"backoff": {"initial": 0.5, "max": 2}},
         "hang": {"timeout": 60, "startup_timeout": 300},
         **extra,
-    }  # fmt: skip
+    }
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
@@ -43,9 +51,20 @@ def yolo_spec(folder: Path, data: Path, name: str = "yolo", **extra: Any) -> Pat
 def rsup_run(spec: Path, state: Path, *injects: str) -> subprocess.CompletedProcess[str]:
     args = [f"--inject={i}" for i in injects]
     return subprocess.run(
-        [sys.executable, "-m", "rsup.supervisor.cli", "run", str(spec), "--state-dir", str(state), *args],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "rsup.supervisor.cli",
+            "run",
+            str(spec),
+            "--state-dir",
+            str(state),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def epochs_in(results: Path) -> list[int]:
@@ -61,7 +80,9 @@ def events_of(state: Path, name: str) -> list[dict[str, Any]]:
     return [{"attempt": a, "event": e, **json.loads(f)} for a, e, f in rows]
 
 
-def test_sigkill_mid_epoch_resumes_and_completes_every_epoch_once(tmp_path: Path, data_yaml: Path) -> None:
+def test_sigkill_mid_epoch_resumes_and_completes_every_epoch_once(
+    tmp_path: Path, data_yaml: Path
+) -> None:
     result = rsup_run(yolo_spec(tmp_path, data_yaml), tmp_path / "state", "kill@epoch=2")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     run = tmp_path / "runs" / "yolo"
@@ -108,7 +129,9 @@ def test_unusable_gpu_verdict_runs_on_cpu(tmp_path: Path, data_yaml: Path) -> No
     assert started["device"] == "cpu"
 
 
-def test_truncated_last_pt_resumes_from_last_good(rsupd: Rsupd, tmp_path: Path, data_yaml: Path) -> None:
+def test_truncated_last_pt_resumes_from_last_good(
+    rsupd: Rsupd, tmp_path: Path, data_yaml: Path
+) -> None:
     spec = yolo_spec(tmp_path, data_yaml, restart={"backoff": {"initial": 5, "max": 5}})
     assert rsupd.cli("start", str(spec)).returncode == 0
     assert rsupd.cli("inject", "yolo", "kill", "--at-epoch", "3").returncode == 0

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from rsup.supervisor.client import Client, ClientError
 from rsup.supervisor.spec import load_spec
+
 from tests.conftest import Rsupd, kill_leftovers, write_spec
 
 USER = "rsuptest"
@@ -55,7 +55,9 @@ def other_uid() -> Iterator[int]:
     try:
         uid = pwd.getpwnam(USER).pw_uid
     except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
+        subprocess.run(
+            ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True
+        )
         created, uid = True, pwd.getpwnam(USER).pw_uid
     yield uid
     if created:
@@ -82,7 +84,9 @@ def shared_rsupd() -> Iterator[Rsupd]:
 
 
 def test_other_user_cannot_see_or_control_root_jobs(shared_rsupd: Rsupd, other_uid: int) -> None:
-    spec = write_spec(shared_rsupd.root, "rootjob", [sys.executable, "-c", "import time; time.sleep(60)"])
+    spec = write_spec(
+        shared_rsupd.root, "rootjob", [sys.executable, "-c", "import time; time.sleep(60)"]
+    )
     assert shared_rsupd.cli("start", str(spec)).returncode == 0
     shared_rsupd.wait_state("rootjob", "running")
     listing = as_user(other_uid, shared_rsupd, "status")
@@ -111,6 +115,8 @@ def test_job_runs_as_the_user_who_submitted_it(shared_rsupd: Rsupd, other_uid: i
 
 def test_only_root_may_name_another_user(shared_rsupd: Rsupd, other_uid: int) -> None:
     spec = write_spec(shared_rsupd.root, "sneaky", ["/bin/true"], user="root")
-    refused = as_user(other_uid, shared_rsupd, "start", spec=load_spec(spec).model_dump(mode="json"))
+    refused = as_user(
+        other_uid, shared_rsupd, "start", spec=load_spec(spec).model_dump(mode="json")
+    )
     assert not refused["ok"] and refused["code"] == 2
     assert "only root may run a job as another user" in refused["error"]

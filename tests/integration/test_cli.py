@@ -10,8 +10,13 @@ from tests.conftest import Rsupd, env_without_socket, wait_for, write_spec
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rsup.supervisor.cli", *args],
-                          capture_output=True, text=True, timeout=60, env=env_without_socket())  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "rsup.supervisor.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env_without_socket(),
+    )
 
 
 def test_unreachable_daemon_exits_3(tmp_path: Path) -> None:
@@ -36,7 +41,9 @@ def test_missing_spec_file_exits_2(rsupd: Rsupd, tmp_path: Path) -> None:
 
 
 def test_logs_tail_and_follow(rsupd: Rsupd, tmp_path: Path) -> None:
-    script = "import time\nfor i in range(30):\n    print('line', i, flush=True); time.sleep(0.02)\n"
+    script = (
+        "import time\nfor i in range(30):\n    print('line', i, flush=True); time.sleep(0.02)\n"
+    )
     spec = write_spec(tmp_path, "talker", [sys.executable, "-c", script])
     assert rsupd.cli("start", str(spec)).returncode == 0
     follow = rsupd.cli("logs", "talker", "-f", timeout=60)

@@ -13,8 +13,12 @@ FAST_RESTART = {"restart": {"backoff": {"initial": 0.2, "factor": 2, "max": 1}, 
 
 
 def test_crash_backoff_restart_success(rsupd: Rsupd, tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, "crashy", ["python", str(FIXTURES / "crash_once.py"),
-                      str(tmp_path / "marker")], **FAST_RESTART)  # fmt: skip
+    spec = write_spec(
+        tmp_path,
+        "crashy",
+        ["python", str(FIXTURES / "crash_once.py"), str(tmp_path / "marker")],
+        **FAST_RESTART,
+    )
     result = rsupd.cli("start", str(spec))
     assert result.returncode == 0, result.stderr
     job = rsupd.wait_state("crashy", "succeeded")
@@ -31,8 +35,12 @@ def test_crash_backoff_restart_success(rsupd: Rsupd, tmp_path: Path) -> None:
 
 def test_stop_leaves_no_descendant(rsupd: Rsupd, tmp_path: Path) -> None:
     pids = tmp_path / "pids"
-    spec = write_spec(tmp_path, "tree", [sys.executable, str(FIXTURES / "tree_job.py"), str(pids)],
-                      stop={"grace": 1})  # fmt: skip
+    spec = write_spec(
+        tmp_path,
+        "tree",
+        [sys.executable, str(FIXTURES / "tree_job.py"), str(pids)],
+        stop={"grace": 1},
+    )
     assert rsupd.cli("start", str(spec)).returncode == 0
     wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 5, 20, "the tree")
     tree = [int(p) for p in pids.read_text().split()]
@@ -44,8 +52,12 @@ def test_stop_leaves_no_descendant(rsupd: Rsupd, tmp_path: Path) -> None:
 
 
 def test_stop_during_backoff_cancels_restart(rsupd: Rsupd, tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, "flap", [sys.executable, "-c", "raise SystemExit(1)"],
-                      restart={"backoff": {"initial": 60}})  # fmt: skip
+    spec = write_spec(
+        tmp_path,
+        "flap",
+        [sys.executable, "-c", "raise SystemExit(1)"],
+        restart={"backoff": {"initial": 60}},
+    )
     assert rsupd.cli("start", str(spec)).returncode == 0
     rsupd.wait_state("flap", "backoff")
     assert rsupd.cli("stop", "flap").returncode == 0
@@ -79,7 +91,9 @@ def test_rsupd_sigkill_readopts_running_job(rsupd: Rsupd, tmp_path: Path) -> Non
     assert "released" in rsupd.cli("logs", "longrun").stdout
 
 
-def test_attempt_that_ended_while_rsupd_was_down_is_processed_once(rsupd: Rsupd, tmp_path: Path) -> None:
+def test_attempt_that_ended_while_rsupd_was_down_is_processed_once(
+    rsupd: Rsupd, tmp_path: Path
+) -> None:
     release = tmp_path / "release"
     script = (
         "import time, pathlib, sys\n"
@@ -107,8 +121,13 @@ def test_checkpoint_placeholder_expands_once_the_file_exists(rsupd: Rsupd, tmp_p
         "    p.write_text('epoch 1'); sys.exit(1)\n"
         "print('resumed from', sys.argv[2], flush=True)\n"
     )
-    spec = write_spec(tmp_path, "resumer", [sys.executable, "-c", script, "--resume", "{checkpoint}"],
-                      checkpoint=str(ckpt), **FAST_RESTART)  # fmt: skip
+    spec = write_spec(
+        tmp_path,
+        "resumer",
+        [sys.executable, "-c", script, "--resume", "{checkpoint}"],
+        checkpoint=str(ckpt),
+        **FAST_RESTART,
+    )
     assert rsupd.cli("start", str(spec)).returncode == 0
     rsupd.wait_state("resumer", "succeeded")
     assert "argv []" in rsupd.cli("logs", "resumer", "--attempt", "1").stdout
@@ -116,8 +135,12 @@ def test_checkpoint_placeholder_expands_once_the_file_exists(rsupd: Rsupd, tmp_p
 
 
 def test_gives_up_after_max_attempts(rsupd: Rsupd, tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, "hopeless", [sys.executable, "-c", "raise SystemExit(2)"],
-                      restart={"max_attempts": 3, "backoff": {"initial": 0.05, "max": 0.1}})  # fmt: skip
+    spec = write_spec(
+        tmp_path,
+        "hopeless",
+        [sys.executable, "-c", "raise SystemExit(2)"],
+        restart={"max_attempts": 3, "backoff": {"initial": 0.05, "max": 0.1}},
+    )
     assert rsupd.cli("start", str(spec)).returncode == 0
     job = rsupd.wait_state("hopeless", "failed")
     assert job["attempts"] == 3
