@@ -14,6 +14,7 @@ from typing import Any
 import structlog
 from rsup.supervisor import views
 from rsup.supervisor.engine import Engine, EngineError
+from rsup.supervisor.profiles import ProfileError, load_profile
 from rsup.supervisor.spec import SpecError, spec_from_json
 
 log = structlog.get_logger("rsupd")
@@ -107,6 +108,11 @@ class Api:
             spec = spec_from_json(request["spec"]).model_dump(mode="json")
         else:
             spec = self._own(request, uid).spec
+        if spec.get("env_profile"):
+            try:
+                load_profile(str(spec["env_profile"]))
+            except ProfileError as exc:
+                raise ApiError(str(exc), 2) from None
         owner = _owner_for(spec, uid)
         return views.job_view(self.engine, self.engine.submit(spec, owner))
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rsup.supervisor.profiles import load_profile
 from rsup.workers import constants as C
 
 CHECKPOINT_TOKEN = "{checkpoint}"
@@ -90,11 +91,13 @@ def torchrun_args(spec: dict[str, Any]) -> list[str]:
 def job_env(
     base: dict[str, str], spec: dict[str, Any], extra: dict[str, str], who: RunAs | None
 ) -> dict[str, str]:
-    """Daemon env, then the job's env, then what rsup sets for this attempt."""
+    """Daemon env, the env profile, the job's env, then what rsup sets for this attempt."""
     env = dict(base)
     if who is not None:
         env.update(HOME=who.home, USER=who.user, LOGNAME=who.user)
     env.setdefault("PYTHONUNBUFFERED", "1")  # live output: a pipe would block-buffer it
+    if spec.get("env_profile"):
+        env.update(load_profile(str(spec["env_profile"])))
     env.update({k: str(v) for k, v in (spec.get("env") or {}).items()})
     env.update(extra)
     return env

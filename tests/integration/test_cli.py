@@ -60,3 +60,19 @@ def test_events_show_decisions_for_people(rsupd: Rsupd, tmp_path: Path) -> None:
     rsupd.wait_state("once", "succeeded")
     text = wait_for(lambda: "decision" in (o := rsupd.cli("events", "once").stdout) and o)
     assert "action=succeed" in text
+
+
+def test_env_profile_reaches_the_job_and_unknown_profile_is_refused(
+    rsupd: Rsupd, tmp_path: Path
+) -> None:
+    script = "import os; print('gemm', os.environ.get('MIOPEN_DEBUG_CONV_IMPLICIT_GEMM'))"
+    spec = write_spec(
+        tmp_path, "profiled", [sys.executable, "-c", script], env_profile="rocm-rdna1"
+    )
+    assert rsupd.cli("start", str(spec)).returncode == 0
+    rsupd.wait_state("profiled", "succeeded")
+    assert "gemm 1" in rsupd.cli("logs", "profiled").stdout
+    bad = write_spec(tmp_path, "noprofile", [sys.executable, "-c", "1"], env_profile="rocm-nope")
+    refused = rsupd.cli("start", str(bad))
+    assert refused.returncode == 2
+    assert "rocm-nope" in refused.stderr and "rocm-rdna1" in refused.stderr
