@@ -12,11 +12,10 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import structlog
-from rsup.supervisor import launch, probing
+from rsup.supervisor import devices, launch, probing
 from rsup.supervisor.attempts import AttemptRunner
 from rsup.supervisor.paths import Layout
 from rsup.supervisor.procwait import wait_event
@@ -28,6 +27,8 @@ S = JobState
 
 
 DRILLS = ("kill", "hang", "oom")
+GPU_WAIT_POLL = 5.0  # a queued job looks again at least this often
+VRAM_WAIT = 60.0  # seconds a relaunch waits for the last attempt's stuck processes
 
 
 class EngineError(Exception):
@@ -52,6 +53,7 @@ class Engine:
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.attempts: dict[str, AttemptRunner] = {}
         self.changed = asyncio.Event()
+        self.pool = devices.Pool()
         self.listeners: list[Callable[[], None]] = []
         # Called with (job, attempt, bytes) for every piece of job output read (journald).
         self.output_listeners: list[Callable[[str, int, bytes], None]] = []
@@ -63,6 +65,8 @@ class Engine:
         self.layout.ensure_pylib()
         for job in self.store.jobs():
             if not job.state.terminal:
+                if devices.is_gpu(job.device) and job.state != S.QUEUED:
+                    self.pool.take(str(job.device), job.name)
                 self._spawn(job.name)
 
     async def close(self) -> None:
@@ -87,7 +91,16 @@ class Engine:
             self.store.emit(name, None, "job_submitted", owner_uid=owner_uid)
         else:
             self.store.update_job(
-                name, spec=spec, stalled=0, restarts=0, failures=0, same_fault=0, overrides={}
+                name,
+                spec=spec,
+                stalled=0,
+                restarts=0,
+                failures=0,
+                same_fault=0,
+                overrides={},
+                device=None,
+                drills=[],
+                hang_timeout=None,
             )
             self.store.move(name, S.QUEUED, "started again")
         self._spawn(name)
@@ -161,7 +174,7 @@ class Engine:
             while True:
                 job = self.store.get_job(name)
                 if job is None or job.state.terminal:
-                    return
+                    break
                 await steps[job.state](job, control)
                 self._notify()
         except asyncio.CancelledError:
@@ -169,8 +182,8 @@ class Engine:
         except Exception:
             log.exception("job task crashed", job=name)
             self._fail_safe(name)
-        finally:
-            self._notify()
+        await self.pool.release(name)
+        self._notify()
 
     def _fail_safe(self, name: str) -> None:
         job = self.store.get_job(name)
@@ -186,20 +199,45 @@ class Engine:
         if control.stop.is_set():
             self.store.move(job.name, S.STOPPED, "stopped before it started")
             return
-        device = job.device or _initial_device(job.spec)
+        device = job.device or self._pick_device(job)
+        if device is None:
+            await self._wait_for_gpu(job, control)
+            return
         self.store.update_job(job.name, device=device)
         if probing.wants_probe(job, device):
             self.store.move(job.name, S.PROBING, f"probing {device} before trusting it")
         else:
             self.store.move(job.name, S.STARTING, f"starting on {device}")
 
+    def _pick_device(self, job: Job) -> str | None:
+        """A device for the job, holding it; None while every fitting GPU is held."""
+        wanted = str(job.spec.get("device", "auto"))
+        if wanted == "cpu":
+            return "cpu"
+        gpus = devices.visible_gpus(self.base_env)
+        if wanted == "auto":
+            return "cpu" if not gpus else self.pool.free_one(gpus, job.name)
+        return wanted if self.pool.take(wanted, job.name) else None
+
+    async def _wait_for_gpu(self, job: Job, control: Control) -> None:
+        holders = sorted(set(self.pool.held.values()))
+        reason = f"waiting for a free GPU (held by {', '.join(holders) or 'another job'})"
+        if job.reason != reason:
+            self.store.update_job(job.name, reason=reason)
+            self.store.emit(job.name, None, "queued", reason=reason)
+        waiter = asyncio.ensure_future(self.pool.wait_freed(GPU_WAIT_POLL))
+        await asyncio.wait({waiter, asyncio.ensure_future(control.stop.wait())},
+                           return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+
     async def _probing(self, job: Job, control: Control) -> None:
-        device = job.device or _initial_device(job.spec)
+        device = job.device or "cpu"
         result = await probing.probe_for(job, device, self.layout, self.base_env)
         overrides = {k: v for k, v in job.overrides.items() if k != "reprobe"}
         if result.env:
             overrides["env"] = {**overrides.get("env", {}), **result.env}
         self.store.update_job(job.name, device=result.device or device, overrides=overrides)
+        if result.device == "cpu":
+            await self.pool.release(job.name)
         self.store.emit(
             job.name,
             job.attempts or None,
@@ -237,8 +275,21 @@ class Engine:
             if control.stop.is_set():
                 self.store.move(job.name, S.STOPPED, "stopped before the attempt started")
                 return
+            await self._vram_released(job)
             attempt = runner.launch(self.base_env)
         self.store.move(job.name, S.RUNNING, f"attempt {attempt.n} running", attempt.n)
+
+    async def _vram_released(self, job: Job) -> None:
+        """Before a relaunch on the same GPU: processes of the last attempt that outlived
+        SIGKILL (stuck in the driver) still hold VRAM; wait for them, bounded."""
+        attempts = self.store.attempts(job.name)
+        if not devices.is_gpu(job.device) or not attempts:
+            return
+        survivors = list((attempts[-1].exit or {}).get("survivors") or [])
+        left = await devices.wait_gone(survivors, VRAM_WAIT)
+        if left:
+            self.store.emit(job.name, attempts[-1].n, "vram_not_released", pids=left,
+                            device=job.device)  # fmt: skip
 
     async def _running(self, job: Job, control: Control) -> None:
         runner = self._runner(job)
@@ -251,15 +302,6 @@ class Engine:
             runner = AttemptRunner(self.store, self.layout, job.name, self.output_listeners)
             self.attempts[job.name] = runner
         return runner
-
-
-def _initial_device(spec: dict[str, Any]) -> str:
-    device = str(spec.get("device", "auto"))
-    return "cpu" if device == "auto" and not _gpu_present() else device
-
-
-def _gpu_present() -> bool:
-    return Path("/dev/kfd").exists() or Path("/dev/nvidia0").exists()
 
 
 def shim_signal(force: bool) -> int:

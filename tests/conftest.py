@@ -41,8 +41,9 @@ def pid_alive(pid: int) -> bool:
 class Rsupd:
     """One real rsupd process with its own state dir and socket."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, env: dict[str, str] | None = None) -> None:
         self.root = root
+        self.env = env
         self.state = root / "state"
         self.socket = root / "rsupd.sock"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -63,6 +64,7 @@ class Rsupd:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env={**os.environ, **(self.env or {})},
             )
         wait_for(lambda: self.cli("status", "--json").returncode == 0, 15, "rsupd to answer")
 

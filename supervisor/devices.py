@@ -1,0 +1,150 @@
+"""GPUs as resources: which exist, which job holds which, and what they report.
+
+Telemetry is best effort (NVML for NVIDIA, amdsmi or `rocm-smi --json` for AMD) and
+returns nothing where none of them is present; nothing in rsup requires it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from rsup.supervisor.procwait import wait_event
+
+FAKE_GPUS_ENV = "RSUP_FAKE_GPUS"  # test double: "0,1" stands for two GPUs that are not here
+KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
+
+
+def visible_gpus(env: dict[str, str] | None = None) -> list[str]:
+    """Indexes of the GPUs on this machine, as strings ("0", "1", ...)."""
+    env = dict(os.environ if env is None else env)
+    if env.get(FAKE_GPUS_ENV) is not None:
+        return [g for g in env[FAKE_GPUS_ENV].split(",") if g.strip()]
+    nvidia = sorted(p.name for p in Path("/dev").glob("nvidia[0-9]*"))
+    if nvidia:
+        return [name.removeprefix("nvidia") for name in nvidia]
+    return [str(i) for i in range(_amd_gpu_count())]
+
+
+def _amd_gpu_count() -> int:
+    count = 0
+    for node in sorted(KFD_NODES.glob("*")) if KFD_NODES.is_dir() else []:
+        try:
+            if int((node / "gpu_id").read_text().strip() or 0) != 0:
+                count += 1  # node 0 with gpu_id 0 is the CPU
+        except (OSError, ValueError):
+            continue
+    return count
+
+
+def is_gpu(device: str | None) -> bool:
+    return bool(device) and device not in ("cpu", "auto")
+
+
+def index_of(device: str) -> str:
+    return device.removeprefix("cuda:")
+
+
+class Pool:
+    """Which job holds which GPU: one job per GPU."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, str] = {}
+        self.freed = asyncio.Event()  # replaced on each release: waiters see one generation
+
+    def holder(self, device: str) -> str | None:
+        return self.held.get(index_of(device))
+
+    def take(self, device: str, job: str) -> bool:
+        key = index_of(device)
+        if self.held.get(key, job) != job:
+            return False
+        self.held[key] = job
+        return True
+
+    def free_one(self, gpus: list[str], job: str) -> str | None:
+        for gpu in gpus:
+            if self.take(gpu, job):
+                return gpu
+        return None
+
+    async def release(self, job: str) -> None:
+        for key in [k for k, v in self.held.items() if v == job]:
+            del self.held[key]
+        self.freed.set()
+        self.freed = asyncio.Event()
+
+    async def wait_freed(self, timeout: float) -> None:
+        await wait_event(self.freed, timeout)
+
+
+async def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """Wait (bounded) until `pids` have exited: a process stuck in the GPU driver keeps
+    its VRAM. Returns those still there at the deadline."""
+    deadline = time.monotonic() + timeout
+    alive = [p for p in pids if Path(f"/proc/{p}").exists()]
+    while alive and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        alive = [p for p in alive if Path(f"/proc/{p}").exists()]
+    return alive
+
+
+def telemetry() -> list[dict[str, Any]]:
+    """Per-GPU utilization and memory, from whichever tool is present; [] where none is."""
+    return _nvml() or _rocm_smi()
+
+
+def _nvml() -> list[dict[str, Any]]:
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            util = pynvml.nvmlDeviceGetUtilizationRates(handle)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            out.append({"index": str(i), "util": util.gpu, "mem_used": mem.used,
+                        "mem_total": mem.total, "source": "nvml"})  # fmt: skip
+        return out
+    except Exception:  # the library is there but no driver: no telemetry
+        return []
+
+
+def _rocm_smi() -> list[dict[str, Any]]:
+    tool = shutil.which("rocm-smi")
+    if tool is None:
+        return []
+    try:
+        raw = subprocess.run([tool, "--showuse", "--showmeminfo", "vram", "--json"],
+                             capture_output=True, text=True, timeout=10).stdout  # fmt: skip
+        data = json.loads(raw)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+    out = []
+    for key, card in sorted(data.items()):
+        if not key.startswith("card"):
+            continue
+        out.append({
+            "index": key.removeprefix("card"),
+            "util": _num(card.get("GPU use (%)")),
+            "mem_used": _num(card.get("VRAM Total Used Memory (B)")),
+            "mem_total": _num(card.get("VRAM Total Memory (B)")),
+            "source": "rocm-smi",
+        })  # fmt: skip
+    return out
+
+
+def _num(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None

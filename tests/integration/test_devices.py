@@ -1,0 +1,61 @@
+"""GPUs as resources, with a test double for GPUs that are not here (RSUP_FAKE_GPUS).
+
+The fake stands for the device list rsupd reads from /dev/nvidia* or the KFD topology;
+the jobs are real processes that see the chosen GPU through CUDA/HIP_VISIBLE_DEVICES.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Rsupd, kill_leftovers, wait_for, write_spec
+
+SHOW = "import os, time, pathlib, sys\nprint('cuda', os.environ['CUDA_VISIBLE_DEVICES'], 'hip', os.environ['HIP_VISIBLE_DEVICES'], flush=True)\nwhile not pathlib.Path(sys.argv[1]).exists(): time.sleep(0.05)\n"  # noqa: E501
+
+
+@pytest.fixture
+def one_gpu(tmp_path: Path) -> Iterator[Rsupd]:
+    daemon = Rsupd(tmp_path, env={"RSUP_FAKE_GPUS": "0"})
+    daemon.start()
+    try:
+        yield daemon
+    finally:
+        daemon.cli("stop", "--all", "--force")
+        assert daemon.proc is not None
+        daemon.proc.terminate()
+        daemon.proc.wait(15)
+        kill_leftovers(daemon.state)
+
+
+def test_one_job_per_gpu_and_the_next_waits_queued(one_gpu: Rsupd, tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    no_probe = {"probe": {"enabled": False}}
+    first = write_spec(tmp_path, "first", [sys.executable, "-c", SHOW, str(release)], **no_probe)
+    second = write_spec(tmp_path, "second", [sys.executable, "-c", SHOW, str(release) + "2"],
+                        **no_probe)  # fmt: skip
+    assert one_gpu.cli("start", str(first)).returncode == 0
+    one_gpu.wait_state("first", "running")
+    assert one_gpu.cli("start", str(second)).returncode == 0
+    queued = wait_for(lambda: "free GPU" in (s := one_gpu.status("second"))["reason"] and s)
+    assert queued["state"] == "queued" and "first" in queued["reason"]
+    assert one_gpu.status("first")["device"] == "0"
+    release.write_text("go")
+    one_gpu.wait_state("first", "succeeded")
+    running = one_gpu.wait_state("second", "running")
+    assert running["device"] == "0"
+    wait_for(lambda: "cuda 0 hip 0" in one_gpu.cli("logs", "second").stdout)
+    Path(str(release) + "2").write_text("go")
+    one_gpu.wait_state("second", "succeeded")
+
+
+def test_cpu_job_does_not_take_the_gpu(one_gpu: Rsupd, tmp_path: Path) -> None:
+    script = "import os; print(repr(os.environ['CUDA_VISIBLE_DEVICES']))"
+    spec = write_spec(tmp_path, "cpujob", [sys.executable, "-c", script], device="cpu")
+    assert one_gpu.cli("start", str(spec)).returncode == 0
+    job = one_gpu.wait_state("cpujob", "succeeded")
+    assert job["device"] == "cpu"
+    assert "''" in one_gpu.cli("logs", "cpujob").stdout
