@@ -199,6 +199,9 @@ class AttemptMonitor:
             self._progress(record, force=False)
         elif kind == "epoch_end":
             self.advanced = True
+            seconds, epoch, epochs = (record.get(k) for k in ("epoch_seconds", "epoch", "epochs"))
+            if all(isinstance(v, (int, float)) for v in (seconds, epoch, epochs)):
+                record["eta_s"] = round(float(seconds) * max(0, int(epochs) - int(epoch)), 1)
             self._progress(record, force=True)
             self.store.emit(self.job, self.attempt.n, "progress", **record)
         elif kind == "checkpoint_saved":

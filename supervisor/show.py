@@ -41,7 +41,18 @@ def progress_text(progress: dict[str, Any] | None) -> str:
         if progress.get(key) is not None:
             parts.append(f"{key} {float(progress[key]):.3f}")
             break
+    losses = progress.get("losses")
+    if isinstance(losses, dict) and losses:
+        parts.append("loss " + "/".join(f"{float(v):.2f}" for v in losses.values()))
+    if progress.get("eta_s") is not None:
+        parts.append(f"ETA {_duration(float(progress['eta_s']))}")
     return " ".join(parts) or "-"
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 def status_table(jobs: list[dict[str, Any]]) -> Table:
