@@ -12,10 +12,11 @@ from typing import Any
 
 import psutil
 import structlog
-from rsup.supervisor import launch
+from rsup.supervisor import devices, kernlog, launch
 from rsup.supervisor.classify import Diagnosis, LiveClassifier
 from rsup.supervisor.follow import Follower, dir_watch
 from rsup.supervisor.hang import HangConfig, HangDetector, HangVerdict
+from rsup.supervisor.proctime import tree_cpu
 from rsup.supervisor.procwait import signal_if_same, wait_event
 from rsup.supervisor.spec import parse_duration
 from rsup.supervisor.store import Attempt, Store
@@ -199,9 +200,9 @@ class AttemptMonitor:
             self._progress(record, force=False)
         elif kind == "epoch_end":
             self.advanced = True
-            seconds, epoch, epochs = (record.get(k) for k in ("epoch_seconds", "epoch", "epochs"))
-            if all(isinstance(v, (int, float)) for v in (seconds, epoch, epochs)):
-                record["eta_s"] = round(float(seconds) * max(0, int(epochs) - int(epoch)), 1)
+            eta = _eta(record)
+            if eta is not None:
+                record["eta_s"] = eta
             self._progress(record, force=True)
             self.store.emit(self.job, self.attempt.n, "progress", **record)
         elif kind == "checkpoint_saved":
@@ -236,6 +237,7 @@ class AttemptMonitor:
         if verdict is None:
             return
         self.hang_verdict = verdict
+        evidence = self._hang_evidence(verdict.silent_for)
         self.store.emit(
             self.job,
             self.attempt.n,
@@ -245,24 +247,43 @@ class AttemptMonitor:
             cpu_cores=round(verdict.cpu_cores, 3),
             busy=verdict.busy,
             message=verdict.describe(),
+            **evidence,
         )
         self.store.update_job(self.job, hang_timeout=self.detector.timeout)
         self.hung.set()
+
+    def _hang_evidence(self, silent_for: float) -> dict[str, Any]:
+        """GPU utilization and kernel lines, where readable: a hung GPU at 0 % next to
+        an amdgpu ring timeout says more than silence alone."""
+        now = time.time()
+        evidence: dict[str, Any] = {}
+        gpus = [g for g in devices.telemetry() if g.get("index") == self._device_index()]
+        if gpus:
+            evidence["gpu"] = gpus[0]
+        kernel = kernlog.gpu_trouble(now - silent_for, now)
+        if kernel:
+            evidence["kernel"] = kernel
+        return evidence
+
+    def _device_index(self) -> str | None:
+        job = self.store.get_job(self.job)
+        device = job.device if job else None
+        return devices.index_of(device) if device and devices.is_gpu(device) else None
 
     def _tree_cpu(self) -> float | None:
         # The shim is the subreaper of the whole tree (setsid'ed grandchildren included).
         shim = self.attempt.shim_pid
         if shim is None or not launch.alive_as(shim, self.attempt.shim_start_time):
             return None
-        try:
-            root = psutil.Process(shim)
-            total = 0.0
-            for proc in (root, *root.children(recursive=True)):
-                times = proc.cpu_times()
-                total += times.user + times.system
-            return total
-        except psutil.Error:
-            return None
+        return tree_cpu(shim)
+
+
+def _eta(record: dict[str, Any]) -> float | None:
+    """Seconds left at this epoch's pace."""
+    seconds, epoch, epochs = (record.get(k) for k in ("epoch_seconds", "epoch", "epochs"))
+    if not all(isinstance(v, (int, float)) for v in (seconds, epoch, epochs)):
+        return None
+    return float(round(float(seconds) * max(0, int(epochs) - int(epoch)), 1))  # type: ignore[arg-type]
 
 
 def _hang_config(spec: dict[str, Any], store: Store, job: str) -> HangConfig:

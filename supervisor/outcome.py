@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import signal
+import time
 from typing import TYPE_CHECKING, Any
 
-from rsup.supervisor import policy
+from rsup.supervisor import kernlog, policy
 from rsup.supervisor.classify import classify_exit
 from rsup.supervisor.spec import parse_duration
 from rsup.supervisor.store import Attempt, Job
@@ -32,7 +33,12 @@ def build_outcome(
             advanced=monitor.advanced,
         )
     stopped = bool(exit_data.get("stop_requested")) or job.state.value == "stopping"
-    diagnosis = classify_exit(monitor.diagnosis(), code, sig, stop_requested=stopped)
+    oom_line = None
+    if sig == signal.SIGKILL and not stopped and "kill" not in monitor.drills_fired:
+        oom_line = kernlog.oom_kill(attempt.started, float(exit_data.get("ended") or time.time()))
+    diagnosis = classify_exit(
+        monitor.diagnosis(), code, sig, stop_requested=stopped, oom_evidence=oom_line
+    )
     lines: tuple[str, ...]
     if not exit_data:
         diagnosis_category, lines = C.UNKNOWN, ("the shim died before the job's exit was recorded",)
