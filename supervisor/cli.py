@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rsup.supervisor import show
+from rsup.supervisor import service, show
 from rsup.supervisor.client import Client, ClientError
 from rsup.supervisor.paths import default_socket
 from rsup.supervisor.spec import SpecError, load_spec
@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train", type=int, default=64)
     p.add_argument("--val", type=int, default=16)
     p.add_argument("--size", type=int, default=160)
+    service.add_parser(sub)
     p = sub.add_parser("diagnose", help="classify a training log offline")
     p.add_argument("logfile")
     p.add_argument("--json", action="store_true")
@@ -244,6 +245,7 @@ COMMANDS = {
     "diagnose": cmd_diagnose,
     "probe": cmd_probe,
     "demo-data": cmd_demo_data,
+    "service": service.run,
 }
 
 if __name__ == "__main__":

@@ -171,7 +171,8 @@ class Daemon:
         else:
             journal.events, journal.output = self.config.journal_switches()
             link.debounce = self.config.status_debounce
-            log.info("configuration reloaded", config=str(self.config_path or "defaults"),
+            source = self.config_path or config_file(CONFIG_NAME)
+            log.info("configuration reloaded", config=str(source),
                      journal_events=journal.events, journal_output=journal.output)  # fmt: skip
         link.ready()
 

@@ -1,4 +1,15 @@
-"""Hang detection as a pure function of (time, progress, CPU time): no sleeping, no psutil."""
+"""Hang detection as a pure function of (time, progress, CPU time): no sleeping, no psutil.
+
+A job is hung when it makes no progress for the timeout in force (before its first
+progress: the startup timeout) while its process tree is idle. A silent but busy tree
+(kernel compilation keeps a core at 100 % for many minutes) is hung only after the hard
+limit: `hard_factor` times the larger of the timeout in force and the configured one, so
+an adapted (shorter) timeout never shortens the patience owed to a busy job.
+
+The timeout adapts to the job's rhythm once it is known: after ADAPT_AFTER progress
+intervals that together span at least the configured timeout (a burst of startup lines
+says nothing about how long the job may legitimately stay quiet later).
+"""
 
 from __future__ import annotations
 
@@ -18,11 +29,16 @@ class HangConfig:
     hard_factor: float = 3.0
     adapted: float | None = None  # carried over from earlier attempts of the same job
 
+    @property
+    def floor(self) -> float:
+        """The lowest timeout adaptation may reach."""
+        return min(self.timeout, FLOOR_CAP)
+
 
 @dataclass(frozen=True)
 class HangVerdict:
     silent_for: float
-    limit: float
+    limit: float  # the limit that was passed: the timeout when idle, the hard limit when busy
     cpu_cores: float
     busy: bool
 
@@ -39,51 +55,78 @@ class HangDetector:
     config: HangConfig
     started: float
     last_progress: float | None = None
+    first_progress: float | None = None
     longest: float = 0.0
     intervals: int = 0
     samples: deque[tuple[float, float]] = field(default_factory=deque)
+    cpu_total: float = 0.0  # tree CPU time, never decreasing (see _accumulate)
+    cpu_raw: float | None = None
+
+    @property
+    def learned(self) -> bool:
+        """Enough progress seen, over a long enough span, to trust the job's own rhythm."""
+        if self.first_progress is None or self.last_progress is None:
+            return False
+        span = self.last_progress - self.first_progress
+        return self.intervals >= ADAPT_AFTER and span >= self.config.timeout
 
     @property
     def timeout(self) -> float:
-        """The timeout in force: configured, or adapted to the job's own rhythm."""
-        if self.intervals < ADAPT_AFTER and self.config.adapted is None:
-            return self.config.timeout
-        floor = min(self.config.timeout, FLOOR_CAP)
-        longest = max(self.longest, 0.0)
-        adapted = max(floor, ADAPT_FACTOR * longest)
-        if self.config.adapted is not None and self.intervals < ADAPT_AFTER:
-            return max(floor, self.config.adapted)
-        return adapted
+        """The timeout in force: adapted to this attempt's rhythm, carried over, or configured."""
+        if self.learned:
+            return max(self.config.floor, ADAPT_FACTOR * self.longest)
+        if self.config.adapted is not None:
+            return max(self.config.floor, self.config.adapted)
+        return self.config.timeout
 
     def progress(self, now: float) -> None:
+        """The job made progress (a heartbeat, an epoch line, new output) at `now`."""
         if self.last_progress is not None:
             self.longest = max(self.longest, now - self.last_progress)
             self.intervals += 1
+        else:
+            self.first_progress = now
         self.last_progress = now
 
     def check(self, now: float, cpu_seconds: float | None) -> HangVerdict | None:
         """A verdict when the job is hung now, else None. `cpu_seconds`: the tree's CPU time."""
         since = self.last_progress if self.last_progress is not None else self.started
-        limit = self.timeout if self.last_progress is not None else self.config.startup_timeout
+        limit, base = self._limits()
         silent = now - since
         cores = self._cores(now, cpu_seconds, limit)
         if silent < limit:
             return None
-        busy = cores >= IDLE_CORES
-        if busy and silent < limit * self.config.hard_factor:
-            return None
-        return HangVerdict(silent, limit, cores, busy)
+        if cores < IDLE_CORES:
+            return HangVerdict(silent, limit, cores, busy=False)
+        hard = max(limit, base) * self.config.hard_factor
+        return HangVerdict(silent, hard, cores, busy=True) if silent >= hard else None
+
+    def _limits(self) -> tuple[float, float]:
+        """(the silence limit in force, the configured one it stands for)."""
+        if self.last_progress is None:
+            return self.config.startup_timeout, self.config.startup_timeout
+        return self.timeout, self.config.timeout
 
     def _cores(self, now: float, cpu_seconds: float | None, window: float) -> float:
+        """Mean cores the tree used over the last `window` seconds (0 when unknown)."""
         if cpu_seconds is None:
             return 0.0
-        self.samples.append((now, cpu_seconds))
+        self.samples.append((now, self._accumulate(cpu_seconds)))
         horizon = window * self.config.hard_factor
         while len(self.samples) > 2 and self.samples[1][0] <= now - horizon:
             self.samples.popleft()
-        start = next((s for s in self.samples if s[0] >= now - window), self.samples[0])
+        start = self.samples[0]
         for sample in self.samples:
-            if sample[0] <= now - window:
-                start = sample
+            if sample[0] > now - window:
+                break
+            start = sample
         elapsed = now - start[0]
-        return (cpu_seconds - start[1]) / elapsed if elapsed > 0 else 0.0
+        return (self.samples[-1][1] - start[1]) / elapsed if elapsed > 0 else 0.0
+
+    def _accumulate(self, raw: float) -> float:
+        # The tree's sum drops when a process leaves it (its CPU time goes with it); only
+        # growth counts, so a worker exiting never reads as negative, i.e. idle, CPU use.
+        if self.cpu_raw is not None:
+            self.cpu_total += max(0.0, raw - self.cpu_raw)
+        self.cpu_raw = raw
+        return self.cpu_total

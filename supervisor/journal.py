@@ -98,7 +98,8 @@ class JournalSender:
         try:
             os.write(fd, payload)
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
-            socket.send_fds(sock, [b""], [fd], 0, self.path)
+            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))]
+            sock.sendmsg([b""], rights, 0, self.path)  # socket.send_fds ignores the address
         finally:
             os.close(fd)
 
@@ -152,14 +153,12 @@ def _ended(r: Mapping[str, Any]) -> str:
         how = f"killed by {exit_data.get('signal_name') or exit_data.get('signal')}"
     else:
         how = "no exit status recorded"
-    return f"attempt ended ({how}); failure category {r.get('category')}"
+    return f"ended ({how}); failure category {r.get('category')}"
 
 
 MESSAGES: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "state_changed": lambda r: f"{r.get('old')} -> {r.get('new')} ({r.get('reason')})",
-    "attempt_started": lambda r: (
-        f"attempt started on {r.get('device')} (shim pid {r.get('shim_pid')})"
-    ),
+    "attempt_started": lambda r: f"started on {r.get('device')} (shim pid {r.get('shim_pid')})",
     "attempt_ended": _ended,
     "fault_detected": _fault,
     "hang_detected": lambda r: f"hang detected: {r.get('message')}",
@@ -212,9 +211,10 @@ class OutputForwarder:
         # the first half of \r\n, so it stays).
         cut = rest.rfind(b"\r", 0, len(rest) - 1)
         rest = rest[cut + 1 :] if cut >= 0 else rest
-        if len(rest) >= MAX_LINE:
-            self._line(job, attempt, rest)
-        elif rest:
+        while len(rest) >= MAX_LINE:  # a line that never ends goes out in MAX_LINE pieces
+            self._line(job, attempt, rest[:MAX_LINE])
+            rest = rest[MAX_LINE:]
+        if rest:
             self.pending[(job, attempt)] = rest
 
     def finish(self, job: str, attempt: int) -> None:
@@ -245,7 +245,10 @@ class JournalBridge:
 
     def on_event(self, record: dict[str, Any]) -> None:
         if record.get("event") == "attempt_ended" and record.get("attempt") is not None:
-            self.forwarder.finish(str(record["job"]), int(record["attempt"]))
+            key = (str(record["job"]), int(record["attempt"]))
+            if self.output:
+                self.forwarder.finish(*key)
+            self.forwarder.pending.pop(key, None)
         if not self.events:
             return
         try:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rsup.supervisor import ranks
 from rsup.supervisor.profiles import load_profile
 from rsup.workers import constants as C
 
@@ -68,13 +69,19 @@ def job_argv(spec: dict[str, Any], attempt_dir: Path) -> list[str]:
         return [python, "-m", "rsup.workers.yolo", "--config", str(attempt_dir / "yolo.json")]
     argv = expand_checkpoint(list(spec["command"]), spec.get("checkpoint"))
     if kind == "torchrun":
-        return [python, "-m", "torch.distributed.run", *torchrun_args(spec), *argv]
+        return [python, "-m", "torch.distributed.run", *torchrun_args(spec, attempt_dir), *argv]
     if argv and argv[0] in PYTHON_NAMES:
         argv[0] = python
     return argv
 
 
-def torchrun_args(spec: dict[str, Any]) -> list[str]:
+def torchrun_args(spec: dict[str, Any], attempt_dir: Path) -> list[str]:
+    """torchrun's options: the group as the spec says, and every rank's output in output.log.
+
+    `--tee 3` copies each rank's stdout and stderr to the console (the shim's pipe) with
+    the global rank in front (`[rank1]:`), and to files under the attempt's torchrun/
+    folder, where torchrun also points each rank's TORCHELASTIC_ERROR_FILE (ranks.py).
+    """
     t = spec.get("torchrun") or {}
     args = [
         f"--nproc-per-node={t.get('nproc_per_node', 1)}",
@@ -85,7 +92,12 @@ def torchrun_args(spec: dict[str, Any]) -> list[str]:
     ]
     endpoint = t.get("rdzv_endpoint")
     args.append(f"--rdzv-endpoint={endpoint}" if endpoint else "--standalone")
-    return args
+    return [
+        *args,
+        "--tee=3",
+        f"--log-dir={attempt_dir / ranks.LOG_DIR}",
+        f"--log-line-prefix-template={ranks.PREFIX_TEMPLATE}",
+    ]
 
 
 def job_env(

@@ -12,10 +12,13 @@ def default_socket() -> Path:
     """--socket, else $RSUP_SOCKET, else the user socket, else the system one."""
     if os.environ.get("RSUP_SOCKET"):
         return Path(os.environ["RSUP_SOCKET"])
+    system = Path("/run/rsup/rsupd.sock")
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.geteuid() != 0:
-        return Path(runtime) / "rsup" / "rsupd.sock"
-    return Path("/run/rsup/rsupd.sock")
+        user = Path(runtime) / "rsup" / "rsupd.sock"
+        # a user with no daemon of their own talks to the system one
+        return user if user.exists() or not system.exists() else system
+    return system
 
 
 def default_state_dir() -> Path:

@@ -1,6 +1,15 @@
 """Recovery policy: (what ended the attempt, the job's history) -> one Decision.
 
 Pure functions of their inputs; time is passed in. Side effects happen in the engine.
+
+Escalation counts repeats: attempts in a row that ended in the same category without
+advancing the job. A fault that comes back after the job moved on starts again at the
+first rung, so a long run that faults every few hours is restarted, not sent to the CPU.
+
+Give-up: `max_attempts` failed attempts that advanced nothing; or, for a job that reports
+progress, STALL_LIMIT attempts in a row without an advance once the policy has nothing
+new left to try (a smaller batch, fewer workers, a re-probe or the CPU is still an
+experiment worth one more attempt; a plain restart is not).
 """
 
 from __future__ import annotations
@@ -15,10 +24,19 @@ REPROBE = "reprobe"
 SUCCEED = "succeed"
 FAIL = "fail"
 STOP = "stop"
+CPU = "cpu"  # a rung of a ladder: restart on the CPU
 
 STALL_LIMIT = 3  # attempts in a row that advanced nothing, for jobs that report progress
 BATCH_FLOOR = 1
 GPU_CATEGORIES = frozenset({C.GPU_MEMORY_FAULT, C.HIP_RUNTIME_INIT})
+
+# What a category does on its 1st, 2nd, 3rd... repeat; the last rung holds from then on.
+LADDERS: dict[str, tuple[str, ...]] = {
+    C.GPU_MEMORY_FAULT: (RESTART, REPROBE, CPU),
+    C.HANG: (RESTART, REPROBE, CPU),
+    C.HIP_RUNTIME_INIT: (REPROBE, CPU),
+    C.SEGFAULT_ABORT: (RESTART, REPROBE, RESTART),
+}
 
 
 @dataclass(frozen=True)
@@ -38,6 +56,7 @@ class Limits:
     reset_after: float = 600.0
     backoff: Backoff = field(default_factory=Backoff)
     cpu_fallback: bool = True
+    batch_floor: int = BATCH_FLOOR
 
 
 @dataclass(frozen=True)
@@ -62,7 +81,12 @@ class Outcome:
 
 @dataclass(frozen=True)
 class History:
-    """What the job has been through so far (after the attempt that just ended)."""
+    """What the job has been through so far (after the attempt that just ended).
+
+    `failures`: failed attempts that advanced nothing; `stalled`: the last attempts in a
+    row that failed without an advance (0 when this one advanced); `same_category`: the
+    last attempts in a row that ended in this attempt's category.
+    """
 
     attempts: int
     restarts: int = 0
@@ -73,6 +97,11 @@ class History:
     device: str = "auto"
     batch: int | None = None
     workers: int | None = None
+
+    @property
+    def repeats(self) -> int:
+        """This category's attempts in a row with no advance (at least 1): the rung to use."""
+        return max(1, min(self.same_category, self.stalled))
 
 
 @dataclass(frozen=True)
@@ -93,26 +122,43 @@ class Decision:
             "evidence": self.evidence,
         }
 
+    @property
+    def tries_something_new(self) -> bool:
+        """A re-probe or a changed batch, worker count or device: not a plain restart."""
+        return self.action == REPROBE or bool(self.overrides)
+
 
 def decide(outcome: Outcome, history: History, limits: Limits) -> Decision:
     """The one decision after an attempt ends."""
-    evidence = _evidence(outcome)
-    if outcome.stop_requested:
-        return Decision(STOP, "stopped on request", evidence=evidence)
-    if outcome.clean_exit and outcome.completed is not False:
-        return Decision(SUCCEED, "the job finished (exit 0)", evidence=evidence)
-    if outcome.category == C.CONFIG_ERROR:
-        return Decision(FAIL, _config_reason(outcome), evidence=evidence)
-    give_up = _give_up_reason(history, limits)
-    if give_up:
-        return Decision(FAIL, give_up, evidence=evidence)
+    evidence = _evidence(outcome, history)
+    final = _final(outcome, history, limits)
+    if final is not None:
+        return replace(final, evidence=evidence)
     decision = _remedy(outcome, history, limits)
+    if _stalled(history) and not decision.tries_something_new:
+        return Decision(FAIL, _stall_reason(history), evidence=evidence)
     restarts = 0 if outcome.ran_for >= limits.reset_after else history.restarts
     delay = limits.backoff.delay(restarts)
     return replace(decision, delay=delay, evidence=evidence, restarts=restarts + 1)
 
 
-def _evidence(outcome: Outcome) -> dict[str, Any]:
+def _final(outcome: Outcome, history: History, limits: Limits) -> Decision | None:
+    """A decision that ends the job whatever the category says, or None."""
+    if outcome.stop_requested:
+        return Decision(STOP, "stopped on request")
+    if outcome.clean_exit and outcome.completed is not False:
+        return Decision(SUCCEED, "the job finished (exit 0)")
+    if outcome.category == C.CONFIG_ERROR:
+        return Decision(FAIL, _config_reason(outcome))
+    if history.failures >= limits.max_attempts:
+        return Decision(FAIL, (
+            f"gave up after {history.failures} failed attempts without progress "
+            f"(restart.max_attempts={limits.max_attempts}); fix the cause and start it again"
+        ))  # fmt: skip
+    return None
+
+
+def _evidence(outcome: Outcome, history: History) -> dict[str, Any]:
     return {
         "category": outcome.category,
         "signature": outcome.signature,
@@ -122,6 +168,9 @@ def _evidence(outcome: Outcome) -> dict[str, Any]:
         "signal": outcome.signal,
         "ran_for": round(outcome.ran_for, 3),
         "advanced": outcome.advanced,
+        "repeats": history.repeats,
+        "failures": history.failures,
+        "stalled": history.stalled,
     }
 
 
@@ -130,65 +179,96 @@ def _config_reason(outcome: Outcome) -> str:
     return f"configuration error, not retried: {what}; fix the job and start it again"
 
 
-def _give_up_reason(history: History, limits: Limits) -> str | None:
-    if history.failures >= limits.max_attempts:
-        return (
-            f"gave up after {history.failures} failed attempts without progress "
-            f"(restart.max_attempts={limits.max_attempts})"
-        )
-    if history.reports_progress and history.stalled >= STALL_LIMIT:
-        return f"gave up: {history.stalled} attempts in a row made no progress"
-    return None
+def _stalled(history: History) -> bool:
+    return history.reports_progress and history.stalled >= STALL_LIMIT
+
+
+def _stall_reason(history: History) -> str:
+    return (
+        f"gave up: {history.stalled} attempts in a row made no progress and every remedy "
+        f"was tried; fix the cause and start the job again"
+    )
 
 
 def _remedy(outcome: Outcome, history: History, limits: Limits) -> Decision:
     category = outcome.category
     if category == C.OOM:
-        return _smaller_batch(history, limits)
-    if category in (C.HOST_OOM, C.DATALOADER_WORKER):
-        return _fewer_workers(history, category)
-    if category in GPU_CATEGORIES or (
-        category in (C.HANG, C.SEGFAULT_ABORT) and history.same_category >= 2
-    ):
-        return _reprobe_or_cpu(history, limits, category)
+        return _oom(history, limits)
+    if category == C.HOST_OOM:
+        return _host_oom(history, limits)
+    if category == C.DATALOADER_WORKER:
+        return _dataloader_worker(history)
+    if category in LADDERS:
+        return _climb(category, history, limits)
     if category == C.NCCL_DISTRIBUTED:
         return Decision(RESTART, "distributed failure: restarting the whole group")
     return Decision(RESTART, "restarting from the last checkpoint")
 
 
-def _smaller_batch(history: History, limits: Limits) -> Decision:
-    if history.batch is not None and history.batch // 2 >= BATCH_FLOOR:
-        batch = history.batch // 2
-        return Decision(RESTART, f"out of memory: resuming with batch {batch}", overrides={"batch": batch})
-    return _to_cpu(history, limits, "out of memory at the smallest batch")
+def _halved(batch: int | None, floor: int) -> int | None:
+    """Half the batch, not below the floor; None when it cannot shrink (or is unknown/auto)."""
+    if batch is None or batch <= floor:
+        return None
+    return max(floor, batch // 2)
 
 
-def _fewer_workers(history: History, category: str) -> Decision:
-    workers = history.workers
-    if workers is None or workers > 0:
-        fewer = 0 if workers is None else workers // 2
-        return Decision(
-            RESTART,
-            f"{category}: resuming with {fewer} DataLoader workers (spawn start method)",
-            overrides={"workers": fewer},
-        )
-    if history.batch is not None and history.batch // 2 >= BATCH_FLOOR:
-        batch = history.batch // 2
-        return Decision(RESTART, f"{category} with no workers left: batch {batch}", overrides={"batch": batch})
-    return Decision(RESTART, f"{category}: restarting")
+def _fewer(workers: int | None) -> int | None:
+    """Half the DataLoader workers; 0 when the count is unknown; None when already 0."""
+    if workers is None:
+        return 0
+    return workers // 2 if workers > 0 else None
 
 
-def _reprobe_or_cpu(history: History, limits: Limits, category: str) -> Decision:
-    if history.device == "cpu":
-        return Decision(RESTART, f"{category} on cpu: restarting")
-    if history.same_category <= 1 and category == C.GPU_MEMORY_FAULT:
-        return Decision(RESTART, "GPU memory fault: restarting from the last checkpoint")
-    if history.same_category <= 2:
-        return Decision(REPROBE, f"{category}: re-probing the GPU with remedies before restarting")
-    return _to_cpu(history, limits, f"{category} keeps coming back")
+def _oom(history: History, limits: Limits) -> Decision:
+    batch = _halved(history.batch, limits.batch_floor)
+    if batch is not None:
+        why = f"out of memory: resuming with batch {batch} (was {history.batch})"
+        return Decision(RESTART, why, overrides={"batch": batch})
+    fixed = history.batch is not None and history.batch > 0
+    if not fixed and history.repeats < 2:
+        # No batch rsup can halve (a command job, Ultralytics' autobatch): memory held by
+        # another process is often gone a moment later, so one plain restart comes first.
+        return Decision(RESTART, "out of memory; rsup cannot halve this job's batch: restarting")
+    why = "out of memory at the smallest batch" if fixed else "out of memory again"
+    return _to_cpu(history, limits, why)
+
+
+def _host_oom(history: History, limits: Limits) -> Decision:
+    workers = _fewer(history.workers)
+    if workers is not None:
+        return Decision(RESTART, f"host out of memory: resuming with {workers} DataLoader workers",
+                        overrides={"workers": workers})  # fmt: skip
+    batch = _halved(history.batch, limits.batch_floor)
+    if batch is not None:
+        return Decision(RESTART, f"host out of memory with no DataLoader workers: resuming with "
+                        f"batch {batch}", overrides={"batch": batch})  # fmt: skip
+    return Decision(RESTART, "host out of memory at no workers and the smallest batch: restarting")
+
+
+def _dataloader_worker(history: History) -> Decision:
+    workers = _fewer(history.workers)
+    if workers is not None:
+        return Decision(RESTART, f"a DataLoader worker died: resuming with {workers} workers",
+                        overrides={"workers": workers})  # fmt: skip
+    return Decision(RESTART, "a DataLoader worker died with no workers configured: restarting")
+
+
+def _climb(category: str, history: History, limits: Limits) -> Decision:
+    ladder = LADDERS[category]
+    rung = ladder[min(history.repeats, len(ladder)) - 1]
+    times = f"{category} {history.repeats} times in a row"
+    if rung == CPU:
+        return _to_cpu(history, limits, times)
+    if rung == REPROBE and history.device != "cpu":
+        return Decision(REPROBE, f"{times}: re-probing the GPU with remedies before restarting")
+    if rung == REPROBE:
+        return Decision(RESTART, f"{times} on the CPU (no GPU to re-probe): restarting")
+    return Decision(RESTART, f"{category}: restarting from the last checkpoint")
 
 
 def _to_cpu(history: History, limits: Limits, why: str) -> Decision:
-    if history.device != "cpu" and limits.cpu_fallback:
-        return Decision(RESTART, f"{why}: falling back to the CPU", overrides={"device": "cpu"})
-    return Decision(RESTART, f"{why}: restarting as is")
+    if history.device == "cpu":
+        return Decision(RESTART, f"{why}, already on the CPU: restarting as is")
+    if not limits.cpu_fallback:
+        return Decision(RESTART, f"{why}; CPU fallback is off (fallback.cpu: false): restarting")
+    return Decision(RESTART, f"{why}: falling back to the CPU", overrides={"device": "cpu"})

@@ -218,6 +218,21 @@ class FallbackSpec(_Model):
     cpu: bool = True
 
 
+class CostSpec(_Model):
+    per_hour: Annotated[float, Field(ge=0)] = 0.0
+    currency: str = "USD"
+    budget: Annotated[float, Field(gt=0)] | None = None
+
+
+class HooksSpec(_Model):
+    """Commands run when the job ends (argv lists, run as the job's user, with a timeout)."""
+
+    on_success: Annotated[list[str] | None, BeforeValidator(_argv)] = None
+    on_failure: Annotated[list[str] | None, BeforeValidator(_argv)] = None
+    on_exit: Annotated[list[str] | None, BeforeValidator(_argv)] = None
+    timeout: PositiveDuration = 300.0
+
+
 class JobSpec(_Model):
     """A validated job spec; paths are absolute once it comes from load_spec or parse_spec."""
 
@@ -241,6 +256,9 @@ class JobSpec(_Model):
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     fallback: FallbackSpec = Field(default_factory=FallbackSpec)
     user: Annotated[str, AfterValidator(_plain_name("user name"))] | None = None
+    after: list[Annotated[str, AfterValidator(_job_name)]] = Field(default_factory=list)
+    cost: CostSpec = Field(default_factory=CostSpec)
+    hooks: HooksSpec = Field(default_factory=HooksSpec)
 
     @model_validator(mode="after")
     def _fits_kind(self) -> JobSpec:
