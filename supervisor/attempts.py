@@ -45,6 +45,7 @@ class AttemptRunner:
         self.store, self.layout, self.job = store, layout, job
         self.output_listeners = output_listeners
         self.monitor: AttemptMonitor | None = None
+        self.stop_reason: str | None = None  # why rsupd itself stopped the job (budget)
 
     # starting ------------------------------------------------------------
 
@@ -144,12 +145,15 @@ class AttemptRunner:
         assert self.monitor is not None
         hang = asyncio.ensure_future(self.monitor.hung.wait())
         stop = asyncio.ensure_future(control.stop.wait())
+        limit = asyncio.ensure_future(self.monitor.limit_hit.wait())
         try:
-            await asyncio.wait({ended, stop, hang}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({ended, stop, hang, limit}, return_when=asyncio.FIRST_COMPLETED)
+            if limit.done() and not stop.done():
+                self.stop_reason = self.monitor.limit_reason
             if not ended.done():
                 await self._stop_attempt(attempt, control, ended, hang.done() and not stop.done())
         finally:
-            for fut in (ended, stop, hang):
+            for fut in (ended, stop, hang, limit):
                 fut.cancel()
 
     async def _stop_attempt(
@@ -158,7 +162,7 @@ class AttemptRunner:
         job = self.store.get_job(self.job)
         assert job is not None
         if not for_hang and job.state == S.RUNNING:
-            self.store.move(self.job, S.STOPPING, "stop requested", attempt.n)
+            self.store.move(self.job, S.STOPPING, self.stop_reason or "stop requested", attempt.n)
         sig = signal.SIGUSR1 if control.force or for_hang else signal.SIGTERM
         await self._shim_ready(attempt, ended)
         signal_if_same(attempt.shim_pid, attempt.shim_start_time, sig)
@@ -250,9 +254,10 @@ class AttemptRunner:
         job = self.store.get_job(self.job)
         assert job is not None
         state = NEXT_STATE[decision.action]
+        reason = decision.reason
         if job.state == S.STOPPING and state not in (S.SUCCEEDED, S.FAILED):
             state = S.STOPPED
-        reason = decision.reason
+            reason = self.stop_reason or reason
         if state in (S.BACKOFF, S.FAILED) and decision.evidence:
             reason = describe(n, decision.evidence, decision, job.progress)
         return state, reason, n

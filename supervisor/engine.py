@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from rsup.supervisor import devices, launch, probing
+from rsup.supervisor import devices, hooks, launch, probing
 from rsup.supervisor.attempts import AttemptRunner
 from rsup.supervisor.paths import Layout
-from rsup.supervisor.procwait import wait_event
+from rsup.supervisor.procwait import wait_any, wait_event
 from rsup.supervisor.states import JobState
 from rsup.supervisor.store import Job, Store
 
@@ -54,6 +54,7 @@ class Engine:
         self.attempts: dict[str, AttemptRunner] = {}
         self.changed = asyncio.Event()
         self.pool = devices.Pool()
+        self.job_done = asyncio.Event()  # replaced each time a job ends
         self.listeners: list[Callable[[], None]] = []
         # Called with (job, attempt, bytes) for every piece of job output read (journald).
         self.output_listeners: list[Callable[[str, int, bytes], None]] = []
@@ -184,6 +185,14 @@ class Engine:
             self._fail_safe(name)
         await self.pool.release(name)
         self._notify()
+        self.job_done.set()
+        self.job_done = asyncio.Event()
+        await self._after_end(name)
+
+    async def _after_end(self, name: str) -> None:
+        job = self.store.get_job(name)
+        if job is not None and job.state.terminal:
+            await hooks.run_hooks(self.store, job, job.state.value, self.base_env)
 
     def _fail_safe(self, name: str) -> None:
         job = self.store.get_job(name)
@@ -199,6 +208,8 @@ class Engine:
         if control.stop.is_set():
             self.store.move(job.name, S.STOPPED, "stopped before it started")
             return
+        if not await self._dependencies_ready(job, control):
+            return
         device = job.device or self._pick_device(job)
         if device is None:
             await self._wait_for_gpu(job, control)
@@ -208,6 +219,26 @@ class Engine:
             self.store.move(job.name, S.PROBING, f"probing {device} before trusting it")
         else:
             self.store.move(job.name, S.STARTING, f"starting on {device}")
+
+    async def _dependencies_ready(self, job: Job, control: Control) -> bool:
+        """`after:` jobs must have succeeded; one that failed or stopped fails this one."""
+        waiting = []
+        for dep in job.spec.get("after") or []:
+            other = self.store.get_job(dep)
+            if other is None or other.state in (S.FAILED, S.STOPPED):
+                why = "does not exist" if other is None else f"is {other.state.value}"
+                self.store.move(job.name, S.FAILED, f"dependency {dep} {why}; not started")
+                return False
+            if other.state != S.SUCCEEDED:
+                waiting.append(f"{dep} ({other.state.value})")
+        if not waiting:
+            return True
+        reason = f"waiting for {', '.join(waiting)} to succeed"
+        if job.reason != reason:
+            self.store.update_job(job.name, reason=reason)
+            self.store.emit(job.name, None, "queued", reason=reason)
+        await wait_any([self.job_done, control.stop], GPU_WAIT_POLL)
+        return False
 
     def _pick_device(self, job: Job) -> str | None:
         """A device for the job, holding it; None while every fitting GPU is held."""
@@ -225,9 +256,7 @@ class Engine:
         if job.reason != reason:
             self.store.update_job(job.name, reason=reason)
             self.store.emit(job.name, None, "queued", reason=reason)
-        waiter = asyncio.ensure_future(self.pool.wait_freed(GPU_WAIT_POLL))
-        await asyncio.wait({waiter, asyncio.ensure_future(control.stop.wait())},
-                           return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        await wait_any([self.pool.freed, control.stop], GPU_WAIT_POLL)
 
     async def _probing(self, job: Job, control: Control) -> None:
         device = job.device or "cpu"

@@ -17,7 +17,7 @@ OUTPUT_KEEP = 4000  # characters of a hook's output kept with the job's events
 def hooks_for(job: Job, outcome: str) -> list[tuple[str, list[str]]]:
     """(name, argv) of the hooks that apply to this outcome, in the order they run."""
     hooks = job.spec.get("hooks") or {}
-    wanted = ["on_success"] if outcome == "succeeded" else ["on_failure"] if outcome == "failed" else []
+    wanted = {"succeeded": ["on_success"], "failed": ["on_failure"]}.get(outcome, [])
     return [(name, list(hooks[name])) for name in [*wanted, "on_exit"] if hooks.get(name)]
 
 

@@ -10,9 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
 import structlog
-from rsup.supervisor import devices, kernlog, launch
+from rsup.supervisor import budget, devices, kernlog, launch
 from rsup.supervisor.classify import Diagnosis, LiveClassifier
 from rsup.supervisor.follow import Follower, dir_watch
 from rsup.supervisor.hang import HangConfig, HangDetector, HangVerdict
@@ -26,6 +25,7 @@ log = structlog.get_logger("rsupd")
 POLL = 0.5  # fallback when inotify says nothing; also the hang check period
 PROGRESS_WRITE_EVERY = 1.0  # throttle job.progress writes to the store
 DRILLS_JSON = "drills.json"
+BUDGET_EVERY = 5.0  # seconds between runtime/cost checks
 # What the Ultralytics worker says that is worth keeping with the job's events.
 WORKER_EVENTS = frozenset(
     {
@@ -53,6 +53,10 @@ class AttemptMonitor:
         self.events = Follower(adir / C.EVENTS_JSONL)
         self.classifier = LiveClassifier()
         self.hung = asyncio.Event()
+        self.limit_hit = asyncio.Event()
+        self.limit_reason: str | None = None
+        self.limit_pending: str | None = None  # reached, waiting for a checkpoint that is due
+        self.next_budget_check = 0.0
         self.hang_verdict: HangVerdict | None = None
         self.advanced = False
         self.completed = False
@@ -128,6 +132,7 @@ class AttemptMonitor:
             while True:
                 self.poll()
                 self._check_hang()
+                self._check_budget()
                 await wait_event(wake, POLL)
                 wake.clear()
         finally:
@@ -207,6 +212,9 @@ class AttemptMonitor:
             self.store.emit(self.job, self.attempt.n, "progress", **record)
         elif kind == "checkpoint_saved":
             self.advanced = True
+            if self.limit_pending is not None:
+                self._hit_limit(f"{self.limit_pending}; stopped after the checkpoint of epoch "
+                                f"{record.get('epoch')}")  # fmt: skip
             self.store.emit(self.job, self.attempt.n, "checkpoint_saved", **record)
         elif kind == "run_completed":
             self.completed = True
@@ -251,6 +259,32 @@ class AttemptMonitor:
         )
         self.store.update_job(self.job, hang_timeout=self.detector.timeout)
         self.hung.set()
+
+    def _check_budget(self) -> None:
+        now = time.time()
+        if self.limit_hit.is_set() or now < self.next_budget_check:
+            return
+        self.next_budget_check = now + BUDGET_EVERY
+        job = self.store.get_job(self.job)
+        if job is None:
+            return
+        used = budget.spent(job.spec, self.store.attempts(self.job), now)
+        reason = budget.over_limit(job.spec, used)
+        if reason is None:
+            return
+        grace = float((self.progress or {}).get("epoch_seconds") or 0) * 1.1
+        if self.limit_pending is None and budget.checkpoint_due(self.progress, now, grace):
+            self.limit_pending = reason
+            self.store.emit(self.job, self.attempt.n, "limit_reached", reason=reason,
+                            waiting_for_checkpoint=True, **used.as_dict())  # fmt: skip
+            self.next_budget_check = now + grace  # then stop anyway
+        elif self.limit_pending is None or now >= self.next_budget_check:
+            self._hit_limit(reason)
+
+    def _hit_limit(self, reason: str) -> None:
+        self.limit_reason = reason
+        self.store.emit(self.job, self.attempt.n, "limit_stop", reason=reason)
+        self.limit_hit.set()
 
     def _hang_evidence(self, silent_for: float) -> dict[str, Any]:
         """GPU utilization and kernel lines, where readable: a hung GPU at 0 % next to

@@ -83,3 +83,13 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
     finally:
         waiter.cancel()
     return event.is_set()
+
+
+async def wait_any(events: list[asyncio.Event], timeout: float | None) -> None:
+    """Return when any of `events` is set or `timeout` passes; leaves no waiter behind."""
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

@@ -11,6 +11,7 @@ import base64
 import datetime as dt
 import html
 import io
+import itertools
 import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -56,6 +57,7 @@ def report_data(store: Store, job: str, now: float | None = None) -> dict[str, A
         last = max(last, time.time() if now is None else now)
     unit = _unit(events)
     progress = _progress(events, unit, t0)
+    rows = _attempts(attempts, events, t0, last)
     return {
         "job": job,
         "state": record.state.value,
@@ -67,16 +69,12 @@ def report_data(store: Store, job: str, now: float | None = None) -> dict[str, A
         "total": _total(events, record.spec),
         "last": progress[-1]["value"] if progress else None,
         "progress": progress,
-        "attempts": _attempts(attempts, events, t0, last),
+        "attempts": rows,
         "faults": _faults(events, attempts, t0),
         "decisions": _decisions(events, t0),
-        "drills": [
-            {"t": e["ts"] - t0, "attempt": e["attempt"], "kind": e.get("kind"),
-             "label": f"drill {e.get('kind')}"}
-            for e in events if e["event"] == "drill_fired"
-        ],  # fmt: skip
-        "devices": [],
-    } | {"devices": _device_changes(_attempts(attempts, events, t0, last))}
+        "drills": _drills(events, t0),
+        "devices": _device_changes(rows),
+    }
 
 
 def _unit(events: list[dict[str, Any]]) -> str:
@@ -152,7 +150,8 @@ def _faults(
     for a in attempts:
         if a.fault and (a.n, a.fault) not in seen and a.ended is not None:
             marks.append({"t": a.ended - t0, "attempt": a.n, "category": a.fault,
-                          "label": a.fault, "kind": "exit", "detail": "from the exit status"})  # fmt: skip
+                          "label": a.fault, "kind": "exit",
+                          "detail": "from the exit status"})  # fmt: skip
     return sorted(marks, key=lambda m: float(m["t"]))
 
 
@@ -164,8 +163,16 @@ def _decisions(events: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def _drills(events: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
+    return [
+        {"t": e["ts"] - t0, "attempt": e["attempt"], "label": f"drill {e.get('kind')}"}
+        for e in events
+        if e["event"] == "drill_fired"
+    ]
+
+
 def _label(decision: dict[str, Any]) -> str:
-    """"restart batch=4", "restart on cpu", "reprobe", "fail"."""
+    """Short: 'restart batch=4', 'restart on cpu', 'reprobe', 'fail'."""
     parts = [str(decision.get("action"))]
     for key, value in sorted((decision.get("overrides") or {}).items()):
         if key == "device":
@@ -179,7 +186,7 @@ def _label(decision: dict[str, Any]) -> str:
 
 def _device_changes(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     changes = []
-    for before, after in zip(attempts, attempts[1:], strict=False):
+    for before, after in itertools.pairwise(attempts):
         if before["device"] != after["device"]:
             changes.append({"t": after["start"], "attempt": after["n"],
                             "from": before["device"], "to": after["device"]})  # fmt: skip
@@ -269,10 +276,12 @@ def _figure(data: dict[str, Any]) -> Figure:
 
 
 def _title(data: dict[str, Any]) -> str:
-    done = "" if data["last"] is None else f"{data['unit']} {data['last']:g}"
-    total = f"/{data['total']:g}" if done and data["total"] else ""
-    return (f"job {data['job']}: {data['state']}, {len(data['attempts'])} attempts, "
-            f"{len(data['faults'])} faults, {done}{total}, {_clock(data['span'])} wall")  # fmt: skip
+    parts = [f"{len(data['attempts'])} attempts", f"{len(data['faults'])} faults"]
+    if data["last"] is not None:
+        total = f"/{data['total']:g}" if data["total"] else ""
+        parts.append(f"{data['unit']} {data['last']:g}{total}")
+    parts.append(f"{_clock(data['span'])} wall")
+    return f"job {data['job']}: {data['state']}, " + ", ".join(parts)
 
 
 def _bands(ax: Axes, data: dict[str, Any], div: float) -> None:
@@ -281,7 +290,7 @@ def _bands(ax: Axes, data: dict[str, Any], div: float) -> None:
         ax.axvspan(a["start"] / div, a["end"] / div, facecolor=a["colour"],
                    edgecolor="none", zorder=0)  # fmt: skip
         width = (a["end"] - a["start"]) / span
-        label = f"#{a['n']}\n{a['device']}" if width > 0.03 else f"#{a['n']}"
+        label = f"#{a['n']}\n{_device_name(a['device'])}" if width > 0.03 else f"#{a['n']}"
         if width > 0.008:
             ax.text((a["start"] + a["end"]) / 2 / div, 0.02, label, ha="center", va="bottom",
                     fontsize=8, transform=ax.get_xaxis_transform(), zorder=3)  # fmt: skip
@@ -318,6 +327,10 @@ def _marks(ax: Axes, data: dict[str, Any], div: float) -> None:
                 transform=axis, zorder=5)  # fmt: skip
 
 
+def _device_name(device: str) -> str:
+    return f"gpu {device}" if device.isdigit() else device
+
+
 def _legend(fig: Figure, ax: Axes, data: dict[str, Any]) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -333,7 +346,7 @@ def _legend(fig: Figure, ax: Axes, data: dict[str, Any]) -> None:
     devices: dict[str, str] = {}
     for a in data["attempts"]:
         devices.setdefault(a["device"], a["colour"])
-    handles += [Patch(facecolor=c, label=f"attempt on {d}") for d, c in devices.items()]
+    handles += [Patch(facecolor=c, label=f"on {_device_name(d)}") for d, c in devices.items()]
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 7), fontsize=9,
                frameon=False)  # fmt: skip
 
@@ -389,5 +402,5 @@ def _when(ts: float) -> str:
 
 def _clock(seconds: float) -> str:
     """+H:MM:SS (hours past 24 kept: a 72-hour run reads 72:00:00)."""
-    whole = int(round(max(seconds, 0.0)))
+    whole = round(max(seconds, 0.0))
     return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"

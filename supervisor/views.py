@@ -6,7 +6,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rsup.supervisor import launch
+from rsup.supervisor import budget, launch
+from rsup.supervisor.cgroups import isolation_mode
 from rsup.supervisor.store import Job
 from rsup.workers import constants as C
 
@@ -40,7 +41,8 @@ def job_view(engine: Engine, job: Job) -> dict[str, Any]:
         "updated": job.updated,
         "next_start_at": job.next_start_at if job.state.value == "backoff" else None,
         "overrides": job.overrides,
-        "isolation": "subreaper",
+        "isolation": isolation_mode(),
+        **budget.spent(job.spec, attempts, time.time()).as_dict(),
         "since": round(time.time() - job.updated, 1),
     }
 

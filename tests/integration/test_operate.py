@@ -1,0 +1,61 @@
+"""Operating long runs: dependencies, runtime/cost budgets, completion hooks."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.conftest import Rsupd, wait_for, write_spec
+
+SLEEP = [sys.executable, "-c", "import time\nwhile True: time.sleep(0.1)"]
+
+
+def test_after_waits_for_success_and_fails_with_a_failed_dependency(
+    rsupd: Rsupd, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    gate = (
+        f"import pathlib, time\nwhile not pathlib.Path({str(release)!r}).exists(): time.sleep(0.05)"
+    )
+    first = write_spec(tmp_path, "prep", [sys.executable, "-c", gate])
+    second = write_spec(
+        tmp_path, "train", [sys.executable, "-c", "print('trained')"], after=["prep"]
+    )
+    assert rsupd.cli("start", str(first)).returncode == 0
+    assert rsupd.cli("start", str(second)).returncode == 0
+    waiting = wait_for(lambda: "waiting for prep" in (s := rsupd.status("train"))["reason"] and s)
+    assert waiting["state"] == "queued" and waiting["attempts"] == 0
+    release.write_text("go")
+    rsupd.wait_state("train", "succeeded")
+    bad = write_spec(tmp_path, "broken", [sys.executable, "-c", "raise SystemExit(3)"],
+                     restart={"max_attempts": 1})  # fmt: skip
+    child = write_spec(tmp_path, "child", [sys.executable, "-c", "1"], after=["broken"])
+    assert rsupd.cli("start", str(bad)).returncode == 0
+    rsupd.wait_state("broken", "failed")
+    assert rsupd.cli("start", str(child)).returncode == 0
+    failed = rsupd.wait_state("child", "failed")
+    assert "dependency broken is failed" in failed["reason"] and failed["attempts"] == 0
+
+
+def test_runtime_limit_stops_the_job_and_says_why(rsupd: Rsupd, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, "capped", SLEEP, limits={"max_runtime": "2s"},
+                      cost={"per_hour": 3.6, "currency": "USD"})  # fmt: skip
+    assert rsupd.cli("start", str(spec)).returncode == 0
+    job = rsupd.wait_state("capped", "stopped", timeout=30)
+    assert "limits.max_runtime reached" in job["reason"]
+    assert job["elapsed_s"] >= 2 and job["cost"] >= 0.002 and job["currency"] == "USD"
+    assert any(e["event"] == "limit_stop" for e in rsupd.events("capped"))
+
+
+def test_hooks_run_with_the_outcome_in_their_env(rsupd: Rsupd, tmp_path: Path) -> None:
+    out = tmp_path / "hook.out"
+    hook = ["/bin/sh", "-c", f"echo $RSUP_JOB $RSUP_OUTCOME $RSUP_ATTEMPTS >> {out}"]
+    spec = write_spec(tmp_path, "hooked", [sys.executable, "-c", "print(1)"],
+                      hooks={"on_success": hook, "on_failure": ["/bin/false"], "on_exit": hook})  # fmt: skip
+    assert rsupd.cli("start", str(spec)).returncode == 0
+    rsupd.wait_state("hooked", "succeeded")
+    wait_for(lambda: out.exists() and len(out.read_text().splitlines()) == 2, 10, "both hooks")
+    assert out.read_text().splitlines() == ["hooked succeeded 1", "hooked succeeded 1"]
+    ran = wait_for(lambda: [e for e in rsupd.events("hooked") if e["event"] == "hook_ran"])
+    assert {e["hook"] for e in ran} == {"on_success", "on_exit"}
+    assert all(e["exit_code"] == 0 for e in ran)
