@@ -50,8 +50,8 @@ def test_runtime_limit_stops_the_job_and_says_why(rsupd: Rsupd, tmp_path: Path) 
 def test_hooks_run_with_the_outcome_in_their_env(rsupd: Rsupd, tmp_path: Path) -> None:
     out = tmp_path / "hook.out"
     hook = ["/bin/sh", "-c", f"echo $RSUP_JOB $RSUP_OUTCOME $RSUP_ATTEMPTS >> {out}"]
-    spec = write_spec(tmp_path, "hooked", [sys.executable, "-c", "print(1)"],
-                      hooks={"on_success": hook, "on_failure": ["/bin/false"], "on_exit": hook})  # fmt: skip
+    hooks = {"on_success": hook, "on_failure": ["/bin/false"], "on_exit": hook}
+    spec = write_spec(tmp_path, "hooked", [sys.executable, "-c", "print(1)"], hooks=hooks)
     assert rsupd.cli("start", str(spec)).returncode == 0
     rsupd.wait_state("hooked", "succeeded")
     wait_for(lambda: out.exists() and len(out.read_text().splitlines()) == 2, 10, "both hooks")
