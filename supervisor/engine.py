@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from rsup.supervisor import devices, hooks, launch, probing
+from rsup.supervisor import devices, hooks, launch, preflight, probing
 from rsup.supervisor.attempts import AttemptRunner
 from rsup.supervisor.paths import Layout
 from rsup.supervisor.procwait import wait_any, wait_event
@@ -305,8 +305,21 @@ class Engine:
                 self.store.move(job.name, S.STOPPED, "stopped before the attempt started")
                 return
             await self._vram_released(job)
+            if preflight.wanted(job) and not await self._preflight(job):
+                return
             attempt = runner.launch(self.base_env)
         self.store.move(job.name, S.RUNNING, f"attempt {attempt.n} running", attempt.n)
+
+    async def _preflight(self, job: Job) -> bool:
+        self.store.emit(job.name, None, "preflight_started", device=job.device)
+        passed, reason = await preflight.run(job, self.layout, self.base_env)
+        self.store.emit(job.name, None, "preflight_result", passed=passed, reason=reason)
+        if not passed:
+            self.store.move(job.name, S.FAILED, reason)
+            return False
+        self.store.update_job(job.name, overrides={**job.overrides, "preflight_ok": True})
+        job.overrides["preflight_ok"] = True
+        return True
 
     async def _vram_released(self, job: Job) -> None:
         """Before a relaunch on the same GPU: processes of the last attempt that outlived

@@ -17,6 +17,7 @@ from rsup.supervisor.follow import Follower, dir_watch
 from rsup.supervisor.hang import HangConfig, HangDetector, HangVerdict
 from rsup.supervisor.proctime import tree_cpu
 from rsup.supervisor.procwait import signal_if_same, wait_event
+from rsup.supervisor.slowdown import SlowdownWatch
 from rsup.supervisor.spec import parse_duration
 from rsup.supervisor.store import Attempt, Store
 from rsup.workers import constants as C
@@ -54,6 +55,7 @@ class AttemptMonitor:
         self.classifier = LiveClassifier()
         self.hung = asyncio.Event()
         self.limit_hit = asyncio.Event()
+        self.slowdown = SlowdownWatch()
         self.limit_reason: str | None = None
         self.limit_pending: str | None = None  # reached, waiting for a checkpoint that is due
         self.next_budget_check = 0.0
@@ -208,6 +210,7 @@ class AttemptMonitor:
             eta = _eta(record)
             if eta is not None:
                 record["eta_s"] = eta
+            self._slowdown(record)
             self._progress(record, force=True)
             self.store.emit(self.job, self.attempt.n, "progress", **record)
         elif kind == "checkpoint_saved":
@@ -259,6 +262,16 @@ class AttemptMonitor:
         )
         self.store.update_job(self.job, hang_timeout=self.detector.timeout)
         self.hung.set()
+
+    def _slowdown(self, record: dict[str, Any]) -> None:
+        seconds = record.get("epoch_seconds")
+        if not isinstance(seconds, (int, float)) or seconds <= 0:
+            return
+        message = self.slowdown.epoch(float(seconds))
+        record["slow"] = self.slowdown.alerted
+        if message:
+            self.store.emit(self.job, self.attempt.n, "slowdown", message=message,
+                            epoch=record.get("epoch"))  # fmt: skip
 
     def _check_budget(self) -> None:
         now = time.time()

@@ -44,6 +44,8 @@ def progress_text(progress: dict[str, Any] | None) -> str:
     losses = progress.get("losses")
     if isinstance(losses, dict) and losses:
         parts.append("loss " + "/".join(f"{float(v):.2f}" for v in losses.values()))
+    if progress.get("slow"):
+        parts.append("SLOW")
     if progress.get("eta_s") is not None:
         parts.append(f"ETA {_duration(float(progress['eta_s']))}")
     return " ".join(parts) or "-"

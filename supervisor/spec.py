@@ -224,6 +224,14 @@ class CostSpec(_Model):
     budget: Annotated[float, Field(gt=0)] | None = None
 
 
+class PreflightSpec(_Model):
+    """A short run before the real one: same device, same env; failing it fails the job."""
+
+    train: dict[str, Any] | None = None  # ultralytics: train: keys replaced for the check
+    command: Annotated[list[str] | None, BeforeValidator(_argv)] = None  # command jobs
+    timeout: PositiveDuration = 600.0
+
+
 class HooksSpec(_Model):
     """Commands run when the job ends (argv lists, run as the job's user, with a timeout)."""
 
@@ -259,6 +267,7 @@ class JobSpec(_Model):
     after: list[Annotated[str, AfterValidator(_job_name)]] = Field(default_factory=list)
     cost: CostSpec = Field(default_factory=CostSpec)
     hooks: HooksSpec = Field(default_factory=HooksSpec)
+    preflight: PreflightSpec | None = None
 
     @model_validator(mode="after")
     def _fits_kind(self) -> JobSpec:

@@ -145,3 +145,14 @@ def test_truncated_last_pt_resumes_from_last_good(
     restored = [e for e in events if e["event"] == "checkpoint_restored"]
     assert restored and "last-good" in restored[0]["source"]
     assert epochs_in(tmp_path / "runs" / "yolo" / "results.csv") == list(range(1, EPOCHS + 1))
+
+
+def test_ultralytics_preflight_runs_apart_then_the_real_run(
+    tmp_path: Path, data_yaml: Path
+) -> None:
+    spec = yolo_spec(tmp_path, data_yaml, preflight={"train": {"epochs": 1, "fraction": 0.5}})
+    result = rsup_run(spec, tmp_path / "state")
+    assert result.returncode == 0, result.stdout[-3000:]
+    pre = tmp_path / "state" / "jobs" / "yolo" / "preflight" / "runs" / "preflight"
+    assert epochs_in(pre / "results.csv") == [1]
+    assert epochs_in(tmp_path / "runs" / "yolo" / "results.csv") == list(range(1, EPOCHS + 1))

@@ -27,8 +27,12 @@ def test_after_waits_for_success_and_fails_with_a_failed_dependency(
     assert waiting["state"] == "queued" and waiting["attempts"] == 0
     release.write_text("go")
     rsupd.wait_state("train", "succeeded")
-    bad = write_spec(tmp_path, "broken", [sys.executable, "-c", "raise SystemExit(3)"],
-                     restart={"max_attempts": 1})  # fmt: skip
+    bad = write_spec(
+        tmp_path,
+        "broken",
+        [sys.executable, "-c", "raise SystemExit(3)"],
+        restart={"max_attempts": 1},
+    )
     child = write_spec(tmp_path, "child", [sys.executable, "-c", "1"], after=["broken"])
     assert rsupd.cli("start", str(bad)).returncode == 0
     rsupd.wait_state("broken", "failed")
@@ -38,8 +42,13 @@ def test_after_waits_for_success_and_fails_with_a_failed_dependency(
 
 
 def test_runtime_limit_stops_the_job_and_says_why(rsupd: Rsupd, tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, "capped", SLEEP, limits={"max_runtime": "2s"},
-                      cost={"per_hour": 3.6, "currency": "USD"})  # fmt: skip
+    spec = write_spec(
+        tmp_path,
+        "capped",
+        SLEEP,
+        limits={"max_runtime": "2s"},
+        cost={"per_hour": 3.6, "currency": "USD"},
+    )
     assert rsupd.cli("start", str(spec)).returncode == 0
     job = rsupd.wait_state("capped", "stopped", timeout=30)
     assert "limits.max_runtime reached" in job["reason"]
@@ -59,3 +68,32 @@ def test_hooks_run_with_the_outcome_in_their_env(rsupd: Rsupd, tmp_path: Path) -
     ran = wait_for(lambda: [e for e in rsupd.events("hooked") if e["event"] == "hook_ran"])
     assert {e["hook"] for e in ran} == {"on_success", "on_exit"}
     assert all(e["exit_code"] == 0 for e in ran)
+
+
+def test_failed_preflight_fails_fast_with_the_diagnosis(rsupd: Rsupd, tmp_path: Path) -> None:
+    broken = "import no_such_module_here"
+    spec = write_spec(
+        tmp_path,
+        "preflown",
+        SLEEP,
+        preflight={"command": [sys.executable, "-c", broken], "timeout": 60},
+    )
+    assert rsupd.cli("start", str(spec)).returncode == 0
+    job = rsupd.wait_state("preflown", "failed")
+    assert job["attempts"] == 0
+    assert "preflight failed: config_error" in job["reason"]
+    assert "no_such_module_here" in job["reason"]
+
+
+def test_passing_preflight_then_the_real_run(rsupd: Rsupd, tmp_path: Path) -> None:
+    spec = write_spec(
+        tmp_path,
+        "checked",
+        [sys.executable, "-c", "print('real run')"],
+        preflight={"command": [sys.executable, "-c", "print('check')"]},
+    )
+    assert rsupd.cli("start", str(spec)).returncode == 0
+    job = rsupd.wait_state("checked", "succeeded")
+    assert job["attempts"] == 1
+    results = [e for e in rsupd.events("checked") if e["event"] == "preflight_result"]
+    assert [r["passed"] for r in results] == [True]
