@@ -258,6 +258,8 @@ def _scale(span: float) -> tuple[float, str]:
 
 def _figure(data: dict[str, Any]) -> Figure:
     figure_cls, canvas_cls = _matplotlib()
+    from matplotlib.ticker import MaxNLocator
+
     fig = figure_cls(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI, facecolor="white")
     canvas_cls(fig)  # the Agg canvas: no GUI, no global pyplot state
     ax = fig.add_axes((0.05, 0.2, 0.93, 0.71))
@@ -267,6 +269,7 @@ def _figure(data: dict[str, Any]) -> Figure:
     ax.set_ylim(0, top * 1.08)
     ax.set_xlabel(f"wall time since submission ({unit})")
     ax.set_ylabel(data["unit"])
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(_title(data), loc="left", fontsize=11)
     _bands(ax, data, div)
     _series(ax, data, div)
@@ -276,12 +279,16 @@ def _figure(data: dict[str, Any]) -> Figure:
 
 
 def _title(data: dict[str, Any]) -> str:
-    parts = [f"{len(data['attempts'])} attempts", f"{len(data['faults'])} faults"]
+    parts = [_count(len(data["attempts"]), "attempt"), _count(len(data["faults"]), "fault")]
     if data["last"] is not None:
         total = f"/{data['total']:g}" if data["total"] else ""
         parts.append(f"{data['unit']} {data['last']:g}{total}")
     parts.append(f"{_clock(data['span'])} wall")
     return f"job {data['job']}: {data['state']}, " + ", ".join(parts)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _bands(ax: Axes, data: dict[str, Any], div: float) -> None:

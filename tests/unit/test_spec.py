@@ -196,7 +196,12 @@ BAD_CASES = [
         "restart.max_atempts",
         "unknown key (allowed: backoff, max_attempts, reset_after); did you mean 'max_attempts'?",
     ),
-    ("name: demo\ncommand: [x]\ncolour: red\n", 3, "colour", "unknown key (allowed: after, checkpoint"),
+    (
+        "name: demo\ncommand: [x]\ncolour: red\n",
+        3,
+        "colour",
+        "unknown key (allowed: after, checkpoint",
+    ),
     (
         "name: demo\ncommand: [x]\nrestart: {max_attempts: 0}\n",
         3,
