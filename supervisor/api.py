@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from rsup.supervisor import views
+from rsup.supervisor import report, views
 from rsup.supervisor.engine import Engine, EngineError
 from rsup.supervisor.profiles import ProfileError, load_profile
 from rsup.supervisor.spec import SpecError, spec_from_json
@@ -45,6 +45,7 @@ class Api:
             "logs": self.logs,
             "remove": self.remove,
             "inject": self.inject,
+            "report": self.report,
         }
 
     async def listen(self, path: Path) -> None:
@@ -153,6 +154,10 @@ class Api:
     async def inject(self, request: dict[str, Any], uid: int) -> Any:
         job = self._own(request, uid)
         return self.engine.inject(job.name, str(request.get("kind")), request.get("at_epoch"))
+
+    async def report(self, request: dict[str, Any], uid: int) -> Any:
+        job = self._own(request, uid)
+        return report.report_data(self.engine.store, job.name)
 
     # access ------------------------------------------------------------------
 

@@ -65,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train", type=int, default=64)
     p.add_argument("--val", type=int, default=16)
     p.add_argument("--size", type=int, default=160)
+    p = sub.add_parser("report", help="one picture of a job's whole run (PNG and/or HTML)")
+    p.add_argument("name")
+    p.add_argument("--png", type=Path, help="picture (default: NAME-report.png)")
+    p.add_argument("--html", type=Path, help="page with the picture and tables")
+    p.add_argument("--state-dir", type=Path, help="read this state dir (rsup run) instead of rsupd")
     service.add_parser(sub)
     p = sub.add_parser("diagnose", help="classify a training log offline")
     p.add_argument("logfile")
@@ -232,6 +237,23 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from rsup.supervisor import report
+
+    try:
+        if args.state_dir is not None:
+            data = report.state_dir_data(args.state_dir, args.name)
+        else:
+            data = _client(args).call("report", name=args.name)
+        written = report.write_report(data, args.png, args.html)
+    except report.ReportError as exc:
+        print(f"rsup report: {exc}", file=sys.stderr)
+        return C.EXIT_FAILED
+    for path in written:
+        print(f"{args.name}: report written to {path}")
+    return C.EXIT_OK
+
+
 COMMANDS = {
     "start": cmd_start,
     "stop": cmd_stop,
@@ -246,6 +268,7 @@ COMMANDS = {
     "probe": cmd_probe,
     "demo-data": cmd_demo_data,
     "service": service.run,
+    "report": cmd_report,
 }
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from rsup.supervisor import logs
+from rsup.supervisor import logs, metrics
 from rsup.supervisor.api import Api
 from rsup.supervisor.configdir import config_file
 from rsup.supervisor.engine import Engine
@@ -47,6 +47,9 @@ class Config:
     journal_events: Switch = "auto"
     forward_output: Switch = "auto"
     status_debounce: float = 0.5
+    metrics_listen: str | None = None  # "127.0.0.1:9464"; off by default
+    metrics_allow_remote: bool = False
+    metrics_textfile: Path | None = None  # node exporter's textfile collector
 
     def journal_switches(self) -> tuple[bool, bool]:
         """(events, output) with "auto" resolved: on when running under systemd."""
@@ -70,12 +73,37 @@ def _seconds(where: str, value: Any) -> float:
 
 
 # section -> key -> (Config field, check)
+def _listen(where: str, value: Any) -> str:
+    try:
+        metrics.parse_listen(str(value))
+    except metrics.MetricsError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return str(value)
+
+
+def _bool(where: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(f"{where} must be true or false, not {value!r}")
+
+
+def _path(where: str, value: Any) -> Path:
+    if isinstance(value, str) and value:
+        return Path(value)
+    raise ConfigError(f"{where} must be a file path, not {value!r}")
+
+
 SCHEMA: dict[str, dict[str, tuple[str, Callable[[str, Any], Any]]]] = {
     "journal": {
         "events": ("journal_events", _switch),
         "forward_output": ("forward_output", _switch),
     },
     "status": {"debounce": ("status_debounce", _seconds)},
+    "metrics": {
+        "listen": ("metrics_listen", _listen),
+        "allow_remote": ("metrics_allow_remote", _bool),
+        "textfile": ("metrics_textfile", _path),
+    },
 }
 
 
@@ -91,7 +119,14 @@ def load_config(path: Path | None) -> Config:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    return Config(**_fields(path, data))
+    config = Config(**_fields(path, data))
+    if config.metrics_listen:
+        host = metrics.parse_listen(config.metrics_listen)[0]
+        try:
+            metrics.check_host(host, config.metrics_allow_remote)
+        except metrics.MetricsError as exc:
+            raise ConfigError(f"{path}: [metrics] listen: {exc}") from None
+    return config
 
 
 def _fields(path: Path, data: dict[str, Any]) -> dict[str, Any]:
@@ -134,9 +169,11 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, self.signals.put_nowait, sig)
+        exporter = metrics.Exporter()
         try:
             await engine.recover()
             await api.listen(self.socket_path)
+            exporter = await self._metrics(engine)
             link.start()
             link.ready()  # only now: the socket accepts and every stored job is picked up
             log.info("rsupd ready", socket=str(self.socket_path), state_dir=str(self.layout.root),
@@ -144,10 +181,24 @@ class Daemon:
                      journal_output=journal.output)  # fmt: skip
             return await self._serve(link, journal)
         finally:
+            await exporter.close()
             await link.close()
             await api.close()
             await engine.close()
             journal.sender.close()
+
+    async def _metrics(self, engine: Engine) -> metrics.Exporter:
+        """Prometheus metrics when configured; a failure here never stops supervision."""
+        config = self.config
+        try:
+            exporter = await metrics.Exporter.start(engine.store, config.metrics_listen,
+                                                    config.metrics_textfile,
+                                                    config.metrics_allow_remote)  # fmt: skip
+        except (OSError, metrics.MetricsError) as exc:
+            log.error("metrics not started; jobs are supervised as usual", error=str(exc))
+            return metrics.Exporter()
+        engine.listeners.append(exporter.changed)
+        return exporter
 
     async def _serve(self, link: SystemdLink, journal: JournalBridge) -> int:
         while True:

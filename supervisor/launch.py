@@ -100,6 +100,17 @@ def torchrun_args(spec: dict[str, Any], attempt_dir: Path) -> list[str]:
     ]
 
 
+def torchrun_env(spec: dict[str, Any]) -> dict[str, str]:
+    """Defaults for a torchrun job; the daemon's env, a profile or the job's env win."""
+    if spec.get("kind") != "torchrun":
+        return {}
+    # Ranks that share the agent's rendezvous store may read the last round's addresses
+    # after torchrun restarts them in place (its max_restarts, or a node joining): seen
+    # here as gloo "connectFullMesh failed ... Connection refused" in 3 of 4 restarts,
+    # none in 3 with the store unshared. See pytorch/pytorch#135712.
+    return {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
 def job_env(
     base: dict[str, str], spec: dict[str, Any], extra: dict[str, str], who: RunAs | None
 ) -> dict[str, str]:
@@ -108,6 +119,8 @@ def job_env(
     if who is not None:
         env.update(HOME=who.home, USER=who.user, LOGNAME=who.user)
     env.setdefault("PYTHONUNBUFFERED", "1")  # live output: a pipe would block-buffer it
+    for key, value in torchrun_env(spec).items():
+        env.setdefault(key, value)
     if spec.get("env_profile"):
         env.update(load_profile(str(spec["env_profile"])))
     env.update({k: str(v) for k, v in (spec.get("env") or {}).items()})

@@ -197,6 +197,17 @@ def check_host(host: str, allow_remote: bool = False) -> None:
         )
 
 
+def parse_listen(value: str) -> tuple[str, int]:
+    """HOST:PORT -> (host, port): 127.0.0.1:9464, [::1]:9464, or :9464 for 127.0.0.1."""
+    host, sep, port = value.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]") or "127.0.0.1"
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise MetricsError(
+            f"metrics listen address {value!r} is not HOST:PORT (e.g. 127.0.0.1:9464)"
+        )
+    return host, int(port)
+
+
 async def serve_metrics(
     store: Store,
     host: str = "127.0.0.1",
@@ -204,7 +215,7 @@ async def serve_metrics(
     *,
     allow_remote: bool = False,
     gpus: GpuCache | None = None,
-) -> asyncio.AbstractServer:
+) -> asyncio.Server:
     """Answer GET /metrics on host:port; close the returned server to stop."""
     check_host(host, allow_remote)
     cache = gpus or GpuCache()
@@ -305,3 +316,40 @@ class TextfileWriter:
         else:
             self.last_error = None
             self.writes += 1
+
+
+class Exporter:
+    """What rsupd runs when rsupd.toml asks for metrics: the HTTP endpoint, the textfile,
+    both or neither. `changed` is an Engine listener; `close` stops both."""
+
+    def __init__(self) -> None:
+        self.server: asyncio.Server | None = None
+        self.writer: TextfileWriter | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(cls, store: Store, listen: str | None = None, textfile: Path | None = None,
+                    allow_remote: bool = False) -> Exporter:  # fmt: skip
+        self = cls()
+        gpus = GpuCache()
+        if listen:
+            host, port = parse_listen(listen)
+            self.server = await serve_metrics(store, host, port, allow_remote=allow_remote,
+                                              gpus=gpus)  # fmt: skip
+            log.info("serving metrics on /metrics", host=host, port=port)
+        if textfile is not None:
+            self.writer = TextfileWriter(store, textfile, gpus=gpus)
+            self.task = asyncio.create_task(self.writer.run())
+        return self
+
+    def changed(self) -> None:
+        if self.writer is not None:
+            self.writer.changed()
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)

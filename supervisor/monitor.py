@@ -153,6 +153,12 @@ class AttemptMonitor:
 
     def poll(self) -> None:
         self._note_pid()
+        # Events first: progress reported before a fatal line must not count as progress
+        # after it (that would mark an OOM as survived).
+        lines = self.events.read()
+        if lines:
+            self.detector.progress(time.monotonic())
+            self._events(lines)
         data = self.output.read()
         if data:
             self.detector.progress(time.monotonic())
@@ -160,10 +166,6 @@ class AttemptMonitor:
                 listener(self.job, self.attempt.n, data)
             for finding in self.classifier.feed(data):
                 self._fault(finding.signature, finding.category, finding.line, finding.text)
-        lines = self.events.read()
-        if lines:
-            self.detector.progress(time.monotonic())
-            self._events(lines)
 
     def _note_pid(self) -> None:
         if self.job_pid is not None:

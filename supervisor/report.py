@@ -35,6 +35,9 @@ LONG_RUN = 3 * 3600.0  # from here on the time axis is in hours
 MEDIUM_RUN = 180.0  # from here on, in minutes
 
 
+Rows = list[dict[str, Any]]
+
+
 class ReportError(RuntimeError):
     """A report cannot be made; the message says what to do."""
 
@@ -58,11 +61,11 @@ def report_data(store: Store, job: str, now: float | None = None) -> dict[str, A
     unit = _unit(events)
     progress = _progress(events, unit, t0)
     rows = _attempts(attempts, events, t0, last)
+    drills = _drills(events, t0)
     return {
         "job": job,
         "state": record.state.value,
         "reason": record.reason,
-        "kind": record.spec.get("kind", "command"),
         "t0": t0,
         "span": last - t0,
         "unit": unit,
@@ -70,21 +73,35 @@ def report_data(store: Store, job: str, now: float | None = None) -> dict[str, A
         "last": progress[-1]["value"] if progress else None,
         "progress": progress,
         "attempts": rows,
-        "faults": _faults(events, attempts, t0),
+        "faults": _blame_drills(_faults(events, attempts, t0), drills),
         "decisions": _decisions(events, t0),
-        "drills": _drills(events, t0),
+        "drills": drills,
         "devices": _device_changes(rows),
     }
 
 
-def _unit(events: list[dict[str, Any]]) -> str:
+def state_dir_data(state_dir: Path, job: str) -> dict[str, Any]:
+    """`report_data` read straight from a state dir (`rsup run --state-dir`, or rsupd's)."""
+    db = state_dir / "state.db"
+    if not db.is_file():
+        raise ReportError(
+            f"no state.db in {state_dir}: give the folder `rsup run --state-dir` used"
+        )
+    store = Store(db)
+    try:
+        return report_data(store, job)
+    finally:
+        store.close()
+
+
+def _unit(events: Rows) -> str:
     marks = [e for e in events if e["event"] == "progress"]
     if marks and not any("epoch" in e for e in marks) and any("step" in e for e in marks):
         return "step"
     return "epoch"
 
 
-def _progress(events: list[dict[str, Any]], unit: str, t0: float) -> list[dict[str, Any]]:
+def _progress(events: Rows, unit: str, t0: float) -> Rows:
     """Progress points; a resumed run adds its starting point, so lost work shows."""
     points = []
     for e in events:
@@ -96,7 +113,7 @@ def _progress(events: list[dict[str, Any]], unit: str, t0: float) -> list[dict[s
     return points
 
 
-def _total(events: list[dict[str, Any]], spec: dict[str, Any]) -> float | None:
+def _total(events: Rows, spec: dict[str, Any]) -> float | None:
     found = [e["epochs"] for e in events if isinstance(e.get("epochs"), int | float)]
     found += [e["steps"] for e in events if isinstance(e.get("steps"), int | float)]
     if found:
@@ -105,9 +122,7 @@ def _total(events: list[dict[str, Any]], spec: dict[str, Any]) -> float | None:
     return float(epochs) if isinstance(epochs, int | float) else None
 
 
-def _attempts(
-    attempts: list[Attempt], events: list[dict[str, Any]], t0: float, last: float
-) -> list[dict[str, Any]]:
+def _attempts(attempts: list[Attempt], events: Rows, t0: float, last: float) -> Rows:
     started = {e["attempt"]: e for e in events if e["event"] == "attempt_started"}
     decided = {e["attempt"]: e for e in events if e["event"] == "decision"}
     palette: dict[str, tuple[str, str]] = {}
@@ -128,12 +143,10 @@ def _attempts(
     return rows
 
 
-def _faults(
-    events: list[dict[str, Any]], attempts: list[Attempt], t0: float
-) -> list[dict[str, Any]]:
+def _faults(events: Rows, attempts: list[Attempt], t0: float) -> Rows:
     """fault_detected and hang_detected (one per category per attempt), then the fault an
     attempt ended with when no event named it (a segfault seen only in the exit status)."""
-    marks: list[dict[str, Any]] = []
+    marks: Rows = []
     seen: set[tuple[Any, str]] = set()
     for e in events:
         if e["event"] not in ("fault_detected", "hang_detected"):
@@ -155,7 +168,7 @@ def _faults(
     return sorted(marks, key=lambda m: float(m["t"]))
 
 
-def _decisions(events: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
+def _decisions(events: Rows, t0: float) -> Rows:
     return [
         {"t": e["ts"] - t0, "attempt": e["attempt"], "action": e.get("action"),
          "label": _label(e), "reason": str(e.get("reason", ""))}
@@ -163,12 +176,21 @@ def _decisions(events: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def _drills(events: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
+def _drills(events: Rows, t0: float) -> Rows:
     return [
         {"t": e["ts"] - t0, "attempt": e["attempt"], "label": f"drill {e.get('kind')}"}
         for e in events
         if e["event"] == "drill_fired"
     ]
+
+
+def _blame_drills(faults: Rows, drills: Rows) -> Rows:
+    """A fault that follows a drill in its attempt says so: it was a rehearsal."""
+    for drill in drills:
+        after = [f for f in faults if f["attempt"] == drill["attempt"] and f["t"] >= drill["t"]]
+        if after:
+            after[0]["label"] = f"{after[0]['label']} ({drill['label']})"
+    return faults
 
 
 def _label(decision: dict[str, Any]) -> str:
@@ -184,7 +206,7 @@ def _label(decision: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _device_changes(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _device_changes(attempts: Rows) -> Rows:
     changes = []
     for before, after in itertools.pairwise(attempts):
         if before["device"] != after["device"]:
@@ -274,7 +296,7 @@ def _figure(data: dict[str, Any]) -> Figure:
     _bands(ax, data, div)
     _series(ax, data, div)
     _marks(ax, data, div)
-    _legend(fig, ax, data)
+    _legend(fig, data)
     return fig
 
 
@@ -304,7 +326,7 @@ def _bands(ax: Axes, data: dict[str, Any], div: float) -> None:
 
 
 def _series(ax: Axes, data: dict[str, Any], div: float) -> None:
-    by_attempt: dict[Any, list[dict[str, Any]]] = {}
+    by_attempt: dict[Any, Rows] = {}
     for point in data["progress"]:
         by_attempt.setdefault(point["attempt"], []).append(point)
     small = len(data["progress"]) <= 300
@@ -330,7 +352,7 @@ def _marks(ax: Axes, data: dict[str, Any], div: float) -> None:
         ax.text(x, 0.16, f" {d['label']}", rotation=90, ha="left", va="bottom", fontsize=8,
                 color=DECISION_COLOUR, transform=axis, zorder=5)  # fmt: skip
     for d in data["drills"]:
-        ax.plot([d["t"] / div], [0.9], marker="x", markersize=8, color=DRILL_COLOUR,
+        ax.plot([d["t"] / div], [0.07], marker="x", markersize=8, color=DRILL_COLOUR,
                 transform=axis, zorder=5)  # fmt: skip
 
 
@@ -338,7 +360,7 @@ def _device_name(device: str) -> str:
     return f"gpu {device}" if device.isdigit() else device
 
 
-def _legend(fig: Figure, ax: Axes, data: dict[str, Any]) -> None:
+def _legend(fig: Figure, data: dict[str, Any]) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
