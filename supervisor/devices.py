@@ -56,6 +56,7 @@ class Pool:
 
     def __init__(self) -> None:
         self.held: dict[str, str] = {}
+        self.waiting: list[str] = []  # jobs queued for a GPU, in the order they asked
         self.freed = asyncio.Event()  # replaced on each release: waiters see one generation
 
     def holder(self, device: str) -> str | None:

@@ -215,6 +215,8 @@ class Engine:
             await self._wait_for_gpu(job, control)
             return
         self.store.update_job(job.name, device=device)
+        if job.name in self.pool.waiting:
+            self.pool.waiting.remove(job.name)
         if probing.wants_probe(job, device):
             self.store.move(job.name, S.PROBING, f"probing {device} before trusting it")
         else:
@@ -246,11 +248,27 @@ class Engine:
         if wanted == "cpu":
             return "cpu"
         gpus = devices.visible_gpus(self.base_env)
+        if wanted == "auto" and not gpus:
+            return "cpu"
+        if self._earlier_waiter(job):
+            return None  # first come, first served
         if wanted == "auto":
-            return "cpu" if not gpus else self.pool.free_one(gpus, job.name)
+            return self.pool.free_one(gpus, job.name)
         return wanted if self.pool.take(wanted, job.name) else None
 
+    def _earlier_waiter(self, job: Job) -> bool:
+        """Another job submitted before this one is still queued for a GPU."""
+        for other in self.pool.waiting:
+            peer = self.store.get_job(other)
+            if peer is None or other == job.name or peer.state != S.QUEUED:
+                continue
+            if peer.created < job.created:
+                return True
+        return False
+
     async def _wait_for_gpu(self, job: Job, control: Control) -> None:
+        if job.name not in self.pool.waiting:
+            self.pool.waiting.append(job.name)
         holders = sorted(set(self.pool.held.values()))
         reason = f"waiting for a free GPU (held by {', '.join(holders) or 'another job'})"
         if job.reason != reason:

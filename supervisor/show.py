@@ -59,8 +59,9 @@ def _duration(seconds: float) -> str:
 
 def status_table(jobs: list[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold")
-    for column in ("NAME", "STATE", "ATTEMPTS", "PID", "DEVICE", "PROGRESS", "LAST FAULT", "WHY"):
+    for column in ("NAME", "STATE", "ATTEMPTS", "PID", "DEVICE", "PROGRESS", "LAST FAULT", "SPENT"):
         table.add_column(column)
+    table.add_column("WHY", overflow="fold")
     for job in jobs:
         style = STATE_STYLE.get(job["state"], "")
         table.add_row(
@@ -71,9 +72,18 @@ def status_table(jobs: list[dict[str, Any]]) -> Table:
             str(job["device"] or "-"),
             progress_text(job.get("progress")),
             job["last_fault"] or "-",
+            spent_text(job),
             job.get("reason") or "",
         )
     return table
+
+
+def spent_text(job: dict[str, Any]) -> str:
+    seconds = float(job.get("elapsed_s") or 0)
+    text = _duration(seconds) if seconds else "-"
+    if job.get("cost"):
+        text += f" {float(job['cost']):.2f} {job.get('currency', '')}".rstrip()
+    return text
 
 
 HIDDEN = {"id", "ts", "job", "attempt", "event"}

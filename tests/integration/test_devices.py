@@ -59,3 +59,22 @@ def test_cpu_job_does_not_take_the_gpu(one_gpu: Rsupd, tmp_path: Path) -> None:
     job = one_gpu.wait_state("cpujob", "succeeded")
     assert job["device"] == "cpu"
     assert "''" in one_gpu.cli("logs", "cpujob").stdout
+
+
+def test_queued_jobs_get_the_gpu_in_submission_order(one_gpu: Rsupd, tmp_path: Path) -> None:
+    gates = {name: tmp_path / f"{name}.go" for name in ("holder", "early", "late")}
+    no_probe = {"probe": {"enabled": False}}
+    for name, gate in gates.items():
+        spec = write_spec(tmp_path, name, [sys.executable, "-c", SHOW, str(gate)], **no_probe)
+        assert one_gpu.cli("start", str(spec)).returncode == 0
+        if name == "holder":
+            one_gpu.wait_state("holder", "running")
+        else:
+            wait_for(lambda n=name: "free GPU" in one_gpu.status(n)["reason"])
+    gates["holder"].write_text("go")
+    one_gpu.wait_state("early", "running")
+    assert one_gpu.status("late")["state"] == "queued"
+    gates["early"].write_text("go")
+    one_gpu.wait_state("late", "running")
+    gates["late"].write_text("go")
+    one_gpu.wait_state("late", "succeeded")
