@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 RATIO = 0.75  # speed below this fraction of the attempt's best counts as slow
 WINDOW = 3  # epochs in a row that must be slow
+WARMUP = 3  # epochs seen before the window starts counting (first epochs are uneven)
 
 
 @dataclass
@@ -17,12 +18,14 @@ class SlowdownWatch:
     best: float | None = None  # shortest epoch time seen in this attempt
     recent: list[float] = field(default_factory=list)
     alerted: bool = False
+    seen: int = 0
 
     def epoch(self, seconds: float) -> str | None:
         """Feed one epoch time; a message the first time the slowdown is sustained."""
+        self.seen += 1
         self.best = seconds if self.best is None else min(self.best, seconds)
         self.recent = [*self.recent, seconds][-WINDOW:]
-        slow = len(self.recent) == WINDOW and all(self.best / s < RATIO for s in self.recent)
+        slow = self.seen >= WARMUP + WINDOW and all(self.best / s < RATIO for s in self.recent)
         if not slow:
             self.alerted = False
             return None
