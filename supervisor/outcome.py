@@ -127,5 +127,5 @@ def describe(
     if decision.action not in (policy.RESTART, policy.REPROBE):
         return f"{died}; {decision.reason}"
     epoch = (progress or {}).get("epoch")
-    resume = f"resuming from epoch {epoch}" if epoch else f"starting attempt {n + 1}"
+    resume = f"resuming after epoch {epoch}" if epoch else f"starting attempt {n + 1}"
     return f"{died}; {decision.reason}; {resume} in {decision.delay:g} s"
