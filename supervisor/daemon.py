@@ -50,6 +50,7 @@ class Config:
     metrics_listen: str | None = None  # "127.0.0.1:9464"; off by default
     metrics_allow_remote: bool = False
     metrics_textfile: Path | None = None  # node exporter's textfile collector
+    probe_extra_stages: tuple[str, ...] = ()  # stage files every GPU probe runs
 
     def journal_switches(self) -> tuple[bool, bool]:
         """(events, output) with "auto" resolved: on when running under systemd."""
@@ -81,6 +82,15 @@ def _listen(where: str, value: Any) -> str:
     return str(value)
 
 
+def _stage_files(where: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{where} must be a list of stage file paths, not {value!r}")
+    missing = [v for v in value if not Path(v).is_file()]
+    if missing:
+        raise ConfigError(f"{where}: no such stage file: {', '.join(missing)}")
+    return tuple(str(Path(v).resolve()) for v in value)
+
+
 def _bool(where: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -99,6 +109,7 @@ SCHEMA: dict[str, dict[str, tuple[str, Callable[[str, Any], Any]]]] = {
         "forward_output": ("forward_output", _switch),
     },
     "status": {"debounce": ("status_debounce", _seconds)},
+    "probe": {"extra_stages": ("probe_extra_stages", _stage_files)},
     "metrics": {
         "listen": ("metrics_listen", _listen),
         "allow_remote": ("metrics_allow_remote", _bool),
@@ -159,6 +170,7 @@ class Daemon:
 
     async def run(self) -> int:
         engine = Engine(self.layout, base_env=job_environment())
+        engine.probe_stages = self.config.probe_extra_stages
         api = Api(engine)
         link = SystemdLink(Notifier(), lambda: [j.state for j in engine.store.jobs()],
                            self.config.status_debounce)  # fmt: skip

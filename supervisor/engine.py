@@ -54,6 +54,7 @@ class Engine:
         self.attempts: dict[str, AttemptRunner] = {}
         self.changed = asyncio.Event()
         self.pool = devices.Pool()
+        self.probe_stages: tuple[str, ...] = ()  # from rsupd.toml [probe] extra_stages
         self.job_done = asyncio.Event()  # replaced each time a job ends
         self.listeners: list[Callable[[], None]] = []
         # Called with (job, attempt, bytes) for every piece of job output read (journald).
@@ -278,7 +279,7 @@ class Engine:
 
     async def _probing(self, job: Job, control: Control) -> None:
         device = job.device or "cpu"
-        result = await probing.probe_for(job, device, self.layout, self.base_env)
+        result = await probing.probe_for(job, device, self.layout, self.base_env, self.probe_stages)
         overrides = {k: v for k, v in job.overrides.items() if k != "reprobe"}
         if result.env:
             overrides["env"] = {**overrides.get("env", {}), **result.env}

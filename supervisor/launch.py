@@ -67,12 +67,28 @@ def job_argv(spec: dict[str, Any], attempt_dir: Path) -> list[str]:
     kind = spec.get("kind", "command")
     if kind == "ultralytics":
         return [python, "-m", "rsup.workers.yolo", "--config", str(attempt_dir / "yolo.json")]
-    argv = expand_checkpoint(list(spec["command"]), spec.get("checkpoint"))
     if kind == "torchrun":
-        return [python, "-m", "torch.distributed.run", *torchrun_args(spec, attempt_dir), *argv]
+        script = torchrun_script(spec)
+        return [python, "-m", "torch.distributed.run", *torchrun_args(spec, attempt_dir), *script]
+    argv = expand_checkpoint(list(spec["command"]), spec.get("checkpoint"))
     if argv and argv[0] in PYTHON_NAMES:
         argv[0] = python
     return argv
+
+
+def torchrun_script(spec: dict[str, Any]) -> list[str]:
+    """The script and its arguments, with {checkpoint} given as the path even before the
+    file exists.
+
+    torchrun restarts ranks in place with this same command line (its max_restarts, a
+    node joining the group), by when the checkpoint may exist: an option dropped now would
+    make them start over. The script starts fresh while the file is missing (torchrun's
+    usual pattern: load the checkpoint when it exists).
+    """
+    checkpoint = spec.get("checkpoint")
+    if not checkpoint:
+        return expand_checkpoint(list(spec["command"]), None)
+    return [a.replace(CHECKPOINT_TOKEN, str(checkpoint)) for a in spec["command"]]
 
 
 def torchrun_args(spec: dict[str, Any], attempt_dir: Path) -> list[str]:

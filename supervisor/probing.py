@@ -31,7 +31,11 @@ def wants_probe(job: Job, device: str) -> bool:
 
 
 async def probe_for(
-    job: Job, device: str, layout: Layout, base_env: dict[str, str]
+    job: Job,
+    device: str,
+    layout: Layout,
+    base_env: dict[str, str],
+    daemon_stages: tuple[str, ...] = (),
 ) -> ProbeOutcome:
     probe = job.spec.get("probe") or {}
     overrides = {k: parse_duration(v) for k, v in (probe.get("timeouts") or {}).items()}
@@ -39,7 +43,7 @@ async def probe_for(
         device=_torch_device(device),
         python=launch.interpreter(job.spec),
         env={**base_env, **{k: str(v) for k, v in (job.spec.get("env") or {}).items()}},
-        stage_files=tuple(probe.get("extra_stages") or ()),
+        stage_files=(*daemon_stages, *(probe.get("extra_stages") or ())),
         timeouts=load_timeouts(),
         overrides=overrides,
         pylib=layout.ensure_pylib(),
