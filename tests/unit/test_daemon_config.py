@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import pytest
-
 from rsup.supervisor.daemon import ConfigError, load_config
 
 
@@ -18,5 +17,5 @@ def test_probe_stage_files_are_read_and_resolved(tmp_path: Path) -> None:
 def test_missing_stage_file_is_a_clear_error(tmp_path: Path) -> None:
     config = tmp_path / "rsupd.toml"
     config.write_text('[probe]\nextra_stages = ["/nowhere/stage.py"]\n')
-    with pytest.raises(ConfigError, match="no such stage file: /nowhere/stage.py"):
+    with pytest.raises(ConfigError, match=r"no such stage file: /nowhere/stage\.py"):
         load_config(config)
