@@ -58,7 +58,7 @@ _CHAIN_MARKERS = (
     b"During handling of the above exception",
     b"The above exception was the direct cause",
 )
-_RANK_PREFIX = re.compile(rb"\[(?:rank|default)\d+\]: ?")
+_RANK_PREFIX = re.compile(rb"(?:\[(?:rank|default)\d+\]: ?)+")  # torchrun --tee, then torch's own
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?::\s|:?\s*$)")
 _NOT_FAILURES = ("KeyboardInterrupt", "SystemExit", "GeneratorExit")
 _UNKNOWN_MEANING = "The job raised a Python exception that no signature recognises."

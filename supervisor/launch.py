@@ -122,8 +122,8 @@ def torchrun_env(spec: dict[str, Any]) -> dict[str, str]:
         return {}
     # Ranks that share the agent's rendezvous store may read the last round's addresses
     # after torchrun restarts them in place (its max_restarts, or a node joining): seen
-    # here as gloo "connectFullMesh failed ... Connection refused" in 3 of 4 restarts,
-    # none in 3 with the store unshared. See pytorch/pytorch#135712.
+    # here as gloo "connectFullMesh failed ... Connection refused", or ranks that never
+    # meet, in 5 of 11 restarts; none in 12 with the store unshared (pytorch#135712).
     return {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 

@@ -7,11 +7,12 @@ import json
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import structlog
-from rsup.supervisor import budget, devices, kernlog, launch
+from rsup.supervisor import budget, devices, kernlog, launch, ranks
 from rsup.supervisor.classify import Diagnosis, LiveClassifier
 from rsup.supervisor.follow import Follower, dir_watch
 from rsup.supervisor.hang import HangConfig, HangDetector, HangVerdict
@@ -73,6 +74,8 @@ class AttemptMonitor:
         record = store.get_job(job) or _missing(job)
         self.kind = record.spec.get("kind", "command")
         self.detector = HangDetector(_hang_config(record.spec, store, job), time.monotonic())
+        self.ranks = ranks.tracker_for(record.spec, self.detector.config)  # torchrun only
+        self.hang_rank: ranks.RankHang | None = None
         self.drills = [d for d in record.drills if not d.get("fired")]
         if self.kind == "ultralytics" and self.drills:
             self._write_drills()
@@ -145,6 +148,12 @@ class AttemptMonitor:
         self.poll()
         for finding in self.classifier.close():
             self._fault(finding.signature, finding.category, finding.line, finding.text)
+        if self.ranks is not None:
+            self.ranks.read_error_files(Path(self.attempt.dir) / ranks.LOG_DIR)
+            failure = self.ranks.first_failure()
+            if failure is not None:
+                self.store.emit(self.job, self.attempt.n, "rank_failed",
+                                message=failure.describe(), **asdict(failure))  # fmt: skip
         self.output.close()
         self.events.close()
 
@@ -166,6 +175,8 @@ class AttemptMonitor:
                 listener(self.job, self.attempt.n, data)
             for finding in self.classifier.feed(data):
                 self._fault(finding.signature, finding.category, finding.line, finding.text)
+            if self.ranks is not None:
+                self.ranks.feed_output(data, time.monotonic())
 
     def _note_pid(self) -> None:
         if self.job_pid is not None:
@@ -203,6 +214,8 @@ class AttemptMonitor:
                 self._event(record)
 
     def _event(self, record: dict[str, Any]) -> None:
+        if self.ranks is not None:
+            self.ranks.feed_event(record, time.monotonic())
         kind = record.pop("event", None)
         record.pop("ts", None)
         if kind == "progress":
@@ -246,11 +259,18 @@ class AttemptMonitor:
     def _check_hang(self) -> None:
         if self.hung.is_set():
             return
-        verdict = self.detector.check(time.monotonic(), self._tree_cpu())
+        now = time.monotonic()
+        # A rank silent while its own process idles is hung even when its peers spin in
+        # a collective (NCCL) and keep the tree busy.
+        rank = self.ranks.check_hang(now, ranks.sample_process) if self.ranks else None
+        verdict = self.detector.check(now, self._tree_cpu()) or (rank.verdict if rank else None)
         if verdict is None:
             return
-        self.hang_verdict = verdict
+        self.hang_verdict, self.hang_rank = verdict, rank
         evidence = self._hang_evidence(verdict.silent_for)
+        if rank is not None:
+            evidence.update(rank=rank.rank, rank_pid=rank.pid, silent_ranks=list(rank.silent),
+                            rank_message=rank.describe())  # fmt: skip
         self.store.emit(
             self.job,
             self.attempt.n,

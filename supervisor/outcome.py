@@ -6,7 +6,7 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any
 
-from rsup.supervisor import kernlog, policy
+from rsup.supervisor import kernlog, policy, ranks
 from rsup.supervisor.classify import classify_exit
 from rsup.supervisor.spec import parse_duration
 from rsup.supervisor.store import Attempt, Job
@@ -22,13 +22,13 @@ def build_outcome(
     exit_data = exit_data or {}
     code, sig = exit_data.get("exit_code"), exit_data.get("signal")
     if monitor.hang_verdict is not None:
-        verdict = monitor.hang_verdict
+        verdict, rank = monitor.hang_verdict, monitor.hang_rank
         return policy.Outcome(
             code,
             sig,
             C.HANG,
             "hang",
-            (verdict.describe(),),
+            (rank.describe(),) if rank else (verdict.describe(),),
             ran_for=_ran_for(exit_data),
             advanced=monitor.advanced,
         )
@@ -46,13 +46,18 @@ def build_outcome(
         diagnosis_category, lines = diagnosis.category, tuple(t for _, t in diagnosis.evidence)
     if sig == signal.SIGKILL and "kill" in monitor.drills_fired and diagnosis_category == C.UNKNOWN:
         lines = ("SIGKILL sent by the kill drill (rsup inject)",)
+    line = diagnosis.line
+    if monitor.ranks is not None and exit_data and not stopped and (code or sig):
+        diagnosis_category, lines, line = ranks.with_rank(
+            monitor.ranks.first_failure(), diagnosis_category, lines, line
+        )
     return policy.Outcome(
         exit_code=code,
         signal=sig,
         category=diagnosis_category,
         signature=diagnosis.signature,
         evidence=lines or _exit_words(code, sig),
-        line=diagnosis.line,
+        line=line,
         stop_requested=stopped,
         ran_for=_ran_for(exit_data),
         advanced=monitor.advanced,

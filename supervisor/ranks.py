@@ -478,3 +478,25 @@ def sample_process(pid: int) -> ProcSample:
     fields = raw[raw.rindex(b")") + 2 :].split()
     cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
     return ProcSample(cpu, fields[0].decode("ascii", "replace"), int(fields[19]))
+
+
+def tracker_for(spec: dict[str, Any], hang: HangConfig) -> RankTracker | None:
+    """A tracker for a torchrun job (one node's ranks); None for other kinds."""
+    if spec.get("kind") != "torchrun":
+        return None
+    nnodes = str((spec.get("torchrun") or {}).get("nnodes", 1))
+    return RankTracker(hang, single_node=nnodes in ("1", "1:1"))
+
+
+def with_rank(
+    failure: RankFailure | None, category: str, lines: tuple[str, ...], line: int | None
+) -> tuple[str, tuple[str, ...], int | None]:
+    """An attempt's (category, evidence, line) with the rank that failed first in front.
+
+    Its own category wins when it names one; else the log's stays (often a peer's
+    complaint, nccl_distributed: the whole group restarts, as it should)."""
+    if failure is None:
+        return category, lines, line
+    if failure.category not in (C.UNKNOWN, C.NONE) and not failure.victim:
+        category = failure.category
+    return category, (failure.describe(), *lines), failure.line or line

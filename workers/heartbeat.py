@@ -34,8 +34,8 @@ def _events_fd() -> Optional[int]:
     return _fd
 
 
-def _rank() -> Optional[int]:
-    raw = os.environ.get("RANK")
+def _rank(name: str = "RANK") -> Optional[int]:
+    raw = os.environ.get(name)
     return int(raw) if raw is not None and raw.isdigit() else None
 
 
@@ -48,6 +48,9 @@ def emit(event: str, **fields: Any) -> None:
     rank = _rank()
     if rank is not None:
         record["rank"] = rank
+    local = _rank("LOCAL_RANK")  # with the rank, it names a node's error files (ranks.py)
+    if local is not None:
+        record["local_rank"] = local
     record.update(fields)
     line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
     os.write(fd, line.encode("utf-8"))
