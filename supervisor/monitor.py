@@ -71,6 +71,7 @@ class AttemptMonitor:
         self.job_pid: int | None = None
         self.job_start: int | None = None
         self.last_progress_write = 0.0
+        self.progress_unsaved = False
         record = store.get_job(job) or _missing(job)
         self.kind = record.spec.get("kind", "command")
         self.detector = HangDetector(_hang_config(record.spec, store, job), time.monotonic())
@@ -146,6 +147,9 @@ class AttemptMonitor:
     def drain(self) -> None:
         """Read what is left once the attempt has ended."""
         self.poll()
+        self._save_progress(force=True)
+        if self.detector.learned:  # the job's rhythm, for its next attempt
+            self.store.update_job(self.job, hang_timeout=self.detector.timeout)
         for finding in self.classifier.close():
             self._fault(finding.signature, finding.category, finding.line, finding.text)
         if self.ranks is not None:
@@ -177,6 +181,7 @@ class AttemptMonitor:
                 self._fault(finding.signature, finding.category, finding.line, finding.text)
             if self.ranks is not None:
                 self.ranks.feed_output(data, time.monotonic())
+        self._save_progress(force=False)
 
     def _note_pid(self) -> None:
         if self.job_pid is not None:
@@ -251,9 +256,16 @@ class AttemptMonitor:
         self.progress = {**(self.progress or {}), **record, "at": time.time()}
         if self.drills and self.kind != "ultralytics":
             self._fire_due()
+        self.progress_unsaved = True
+        self._save_progress(force)
+
+    def _save_progress(self, force: bool) -> None:
+        """Store the latest progress at most once a second (at once when forced): the
+        last report of a burst is written a moment later, never dropped."""
         now = time.monotonic()
-        if force or now - self.last_progress_write >= PROGRESS_WRITE_EVERY:
-            self.last_progress_write = now
+        due = force or now - self.last_progress_write >= PROGRESS_WRITE_EVERY
+        if self.progress_unsaved and due:
+            self.last_progress_write, self.progress_unsaved = now, False
             self.store.update_job(self.job, progress=self.progress)
 
     def _check_hang(self) -> None:
@@ -282,7 +294,8 @@ class AttemptMonitor:
             message=verdict.describe(),
             **evidence,
         )
-        self.store.update_job(self.job, hang_timeout=self.detector.timeout)
+        if self.detector.learned:
+            self.store.update_job(self.job, hang_timeout=self.detector.timeout)
         self.hung.set()
 
     def _slowdown(self, record: dict[str, Any]) -> None:

@@ -33,7 +33,8 @@ def _cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     fields = raw[raw.rindex(b")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+    # utime stime cutime cstime: a child reaped inside the tree hands its time to its parent
+    return sum(int(f) for f in fields[11:15]) / TICKS
 
 
 def tree_cpu(root: int) -> float | None:
