@@ -126,9 +126,11 @@ def kill_leftovers(state: Path) -> None:
                 proc.kill()
 
 
-@pytest.fixture
-def rsupd(tmp_path: Path) -> Iterator[Rsupd]:
-    daemon = Rsupd(tmp_path)
+@contextlib.contextmanager
+def running_rsupd(root: Path, env: dict[str, str] | None = None) -> Iterator[Rsupd]:
+    """A started rsupd under `root`; on the way out every job, the daemon and any leftover
+    process of its state dir are gone."""
+    daemon = Rsupd(root, env)
     daemon.start()
     try:
         yield daemon
@@ -141,6 +143,12 @@ def rsupd(tmp_path: Path) -> Iterator[Rsupd]:
             except subprocess.TimeoutExpired:
                 daemon.proc.kill()
         kill_leftovers(daemon.state)
+
+
+@pytest.fixture
+def rsupd(tmp_path: Path) -> Iterator[Rsupd]:
+    with running_rsupd(tmp_path) as daemon:
+        yield daemon
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 from rsup.supervisor.client import Client, ClientError
 from rsup.supervisor.spec import load_spec
 
-from tests.conftest import Rsupd, kill_leftovers, write_spec
+from tests.conftest import Rsupd, running_rsupd, write_spec
 
 USER = "rsuptest"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create a second uid")
@@ -69,17 +69,11 @@ def shared_rsupd() -> Iterator[Rsupd]:
     """A daemon whose folder other users can reach (pytest's tmp dirs are private)."""
     root = Path(tempfile.mkdtemp(prefix="rsup-access-"))
     root.chmod(0o755)
-    daemon = Rsupd(root)
-    daemon.start()
-    daemon.socket.chmod(0o666)  # the test's stand-in for a shared group on the socket
     try:
-        yield daemon
+        with running_rsupd(root) as daemon:
+            daemon.socket.chmod(0o666)  # the test's stand-in for a shared group on the socket
+            yield daemon
     finally:
-        daemon.cli("stop", "--all", "--force")
-        assert daemon.proc is not None
-        daemon.proc.terminate()
-        daemon.proc.wait(15)
-        kill_leftovers(daemon.state)
         shutil.rmtree(root, ignore_errors=True)
 
 

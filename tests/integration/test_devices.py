@@ -12,23 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Rsupd, kill_leftovers, wait_for, write_spec
+from tests.conftest import Rsupd, running_rsupd, wait_for, write_spec
 
 SHOW = "import os, time, pathlib, sys\nprint('cuda', os.environ['CUDA_VISIBLE_DEVICES'], 'hip', os.environ['HIP_VISIBLE_DEVICES'], flush=True)\nwhile not pathlib.Path(sys.argv[1]).exists(): time.sleep(0.05)\n"  # noqa: E501
 
 
 @pytest.fixture
 def one_gpu(tmp_path: Path) -> Iterator[Rsupd]:
-    daemon = Rsupd(tmp_path, env={"RSUP_FAKE_GPUS": "0"})
-    daemon.start()
-    try:
+    with running_rsupd(tmp_path, env={"RSUP_FAKE_GPUS": "0"}) as daemon:
         yield daemon
-    finally:
-        daemon.cli("stop", "--all", "--force")
-        assert daemon.proc is not None
-        daemon.proc.terminate()
-        daemon.proc.wait(15)
-        kill_leftovers(daemon.state)
 
 
 def test_one_job_per_gpu_and_the_next_waits_queued(one_gpu: Rsupd, tmp_path: Path) -> None:
