@@ -16,7 +16,7 @@ from rsup.supervisor.launch import RunAs
 from rsup.supervisor.monitor import AttemptMonitor, OutputListener
 from rsup.supervisor.outcome import build_outcome, describe, history_for, limits_for
 from rsup.supervisor.paths import Layout
-from rsup.supervisor.procwait import kill_tree, signal_if_same, wait_exit
+from rsup.supervisor.procwait import kill_marked, kill_tree, signal_if_same, wait_exit
 from rsup.supervisor.remedies import miopen_cache_env
 from rsup.supervisor.states import JobState
 from rsup.supervisor.store import Attempt, Job, Store
@@ -185,6 +185,7 @@ class AttemptRunner:
         info = launch.shim_info(Path(attempt.dir)) or {}
         signal_if_same(attempt.shim_pid, attempt.shim_start_time, signal.SIGKILL)
         killed = kill_tree(info.get("job_pid"), info.get("job_start_time"))
+        killed += kill_marked(C.ENV_ATTEMPT_DIR, str(attempt.dir))
         self.store.emit(self.job, attempt.n, "tree_killed", reason=why, processes=killed)
 
     # ending --------------------------------------------------------------

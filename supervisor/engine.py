@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ S = JobState
 DRILLS = ("kill", "hang", "oom")
 GPU_WAIT_POLL = 5.0  # a queued job looks again at least this often
 VRAM_WAIT = 60.0  # seconds a relaunch waits for the last attempt's stuck processes
+STORE_RETRY = 5.0  # seconds between tries of a step whose state.db write failed (disk full)
 
 
 class EngineError(Exception):
@@ -69,7 +71,17 @@ class Engine:
             if not job.state.terminal:
                 if devices.is_gpu(job.device) and job.state != S.QUEUED:
                     self.pool.take(str(job.device), job.name)
+                self._readopted(job)
                 self._spawn(job.name)
+
+    def _readopted(self, job: Job) -> None:
+        """Say so when an attempt started by an earlier rsupd is taken up again."""
+        last = self.store.attempt(job.name, job.attempts) if job.attempts else None
+        if last is None or last.processed or last.shim_pid is None:
+            return
+        alive = launch.alive_as(last.shim_pid, last.shim_start_time)
+        self.store.emit(job.name, last.n, "job_readopted", state=job.state.value,
+                        shim_pid=last.shim_pid, shim_alive=alive)  # fmt: skip
 
     async def close(self) -> None:
         """Stop supervising (the jobs themselves keep running under their shims)."""
@@ -177,7 +189,14 @@ class Engine:
                 job = self.store.get_job(name)
                 if job is None or job.state.terminal:
                     break
-                await steps[job.state](job, control)
+                try:
+                    await steps[job.state](job, control)
+                except sqlite3.OperationalError as exc:
+                    # The step is taken again: an unprocessed attempt is processed once.
+                    log.error("cannot write the state database; the job waits and tries again",
+                              job=name, error=str(exc), db=str(self.layout.db),
+                              retry_in=STORE_RETRY, fix="free space in the state dir")  # fmt: skip
+                    await asyncio.sleep(STORE_RETRY)
                 self._notify()
         except asyncio.CancelledError:
             raise

@@ -6,7 +6,7 @@ import asyncio
 import json
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ POLL = 0.5  # fallback when inotify says nothing; also the hang check period
 PROGRESS_WRITE_EVERY = 1.0  # throttle job.progress writes to the store
 DRILLS_JSON = "drills.json"
 BUDGET_EVERY = 5.0  # seconds between runtime/cost checks
+FEED_SLICE = 256 * 1024  # output classified between two turns of the loop (a flood is MBs)
 # What the Ultralytics worker says that is worth keeping with the job's events.
 WORKER_EVENTS = frozenset(
     {
@@ -68,6 +69,7 @@ class AttemptMonitor:
         self.faults_emitted: set[str] = set()
         self.drills_fired: list[str] = []
         self.pending = b""
+        self.backlog, self.fed = b"", 0  # output read but not classified yet
         self.job_pid: int | None = None
         self.job_start: int | None = None
         self.last_progress_write = 0.0
@@ -136,7 +138,8 @@ class AttemptMonitor:
         unwatch = dir_watch().watch(Path(self.attempt.dir), wake_up)
         try:
             while True:
-                self.poll()
+                for _ in self.poll_steps():
+                    await asyncio.sleep(0)  # requests get in between slices of a flood
                 self._check_hang()
                 self._check_budget()
                 await wait_event(wake, POLL)
@@ -165,6 +168,11 @@ class AttemptMonitor:
         return self.classifier.verdict()
 
     def poll(self) -> None:
+        for _ in self.poll_steps():
+            pass
+
+    def poll_steps(self) -> Iterator[None]:
+        """Read what is new and classify it a slice at a time, yielding after each slice."""
         self._note_pid()
         # Events first: progress reported before a fatal line must not count as progress
         # after it (that would mark an OOM as survived).
@@ -177,10 +185,16 @@ class AttemptMonitor:
             self.detector.progress(time.monotonic())
             for listener in self.output_listeners:
                 listener(self.job, self.attempt.n, data)
-            for finding in self.classifier.feed(data):
-                self._fault(finding.signature, finding.category, finding.line, finding.text)
             if self.ranks is not None:
                 self.ranks.feed_output(data, time.monotonic())
+            self.backlog, self.fed = self.backlog[self.fed :] + data, 0
+        while self.fed < len(self.backlog):
+            piece = self.backlog[self.fed : self.fed + FEED_SLICE]
+            self.fed += len(piece)  # before the yield: a cancelled poll never feeds it twice
+            for finding in self.classifier.feed(piece):
+                self._fault(finding.signature, finding.category, finding.line, finding.text)
+            yield
+        self.backlog, self.fed = b"", 0
         self._save_progress(force=False)
 
     def _note_pid(self) -> None:

@@ -71,6 +71,26 @@ def kill_tree(pid: int | None, started: int | None) -> int:
     return len(procs)
 
 
+def kill_marked(name: str, value: str) -> int:
+    """SIGKILL every process whose environment holds name=value; how many there were.
+
+    A dead shim's adopted orphans (double-forked, setsid'ed) were reparented to init and
+    left the job's tree; the variables rsupd gave the attempt still name them.
+    """
+    import psutil
+
+    procs = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.pid != os.getpid() and proc.environ().get(name) == value:
+                procs.append(proc)
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGKILL)
+    psutil.wait_procs(procs, timeout=5)
+    return len(procs)
+
+
 async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
     """True if `event` was set within `timeout`.
 

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
+import ctypes
 import faulthandler
 import importlib.util
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -234,8 +237,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_caller() -> None:
+    """SIGKILL when the caller dies: a probe hung in a stage would outlive a killed rsupd
+    and hold the GPU beside the probe the next rsupd starts."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    die_with_caller()
     faulthandler.enable()
     emit = _Writer(_protocol_stream(), args.json)
     plan = plan_stages([os.path.abspath(f) for f in args.stage_file], args.only, args.skip)

@@ -57,6 +57,7 @@ DRAIN_TIMEOUT = 2.0  # a writer outside the tree could hold the pipe open for ev
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # named only from Python 3.10
 EXIT_NOT_FOUND = 127  # shell conventions for a command that cannot start
 EXIT_CANNOT_EXECUTE = 126
+EXIT_RESERVE = 16 * 1024  # bytes of exit.json set aside at the start, for a full disk
 
 
 @dataclass(frozen=True)
@@ -127,14 +128,31 @@ def parse_args(args: list[str]) -> Options:
     )  # fmt: skip
 
 
-def write_json_atomic(path: str, record: dict[str, Any]) -> None:
-    """Replace `path` with `record` so a reader sees the old file or the whole new one."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+def reserve(path: str, size: int = EXIT_RESERVE) -> str | None:
+    """Blocks for a record written at the end, when the disk may be full; None if none."""
+    tmp = f"{path}.reserved{os.getpid()}"
     try:
-        data = memoryview((json.dumps(record) + "\n").encode())
-        while data:
-            data = data[os.write(fd, data) :]
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b" " * size)  # JSON may end in blanks: the record overwrites them
+        finally:
+            os.close(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return None
+    return tmp
+
+
+def write_json_atomic(path: str, record: dict[str, Any], reserved: str | None = None) -> None:
+    """Replace `path` with `record` so a reader sees the old file or the whole new one."""
+    tmp = reserved or f"{path}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | (0 if reserved else os.O_TRUNC), 0o644)
+    try:
+        data = (json.dumps(record) + "\n").encode()
+        view, offset = memoryview(data), 0
+        while offset < len(data):  # over the blanks of a reservation: no new block needed
+            offset += os.pwrite(fd, view[offset:], offset)
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -519,13 +537,15 @@ def open_log(opts: Options) -> BoundedLog:
     )
 
 
-def spawn_failed(opts: Options, log: BoundedLog, exc: BaseException, started: float) -> int:
+def spawn_failed(
+    opts: Options, log: BoundedLog, exc: BaseException, started: float, reserved: str | None
+) -> int:
     """Record a job that could not even start, with the exit code a shell would give."""
     log.note(f"rsup: cannot start job: {exc}")
     log.note(f"rsup: the command was {opts.argv!r}, in {os.path.abspath(opts.cwd)!r}")
     code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_CANNOT_EXECUTE
     record = exit_record(started, time.monotonic(), exit_code=code, spawn_error=str(exc))
-    write_json_atomic(opts.path(EXIT_JSON), record)
+    write_json_atomic(opts.path(EXIT_JSON), record, reserved)
     return SHIM_EXIT_SPAWN_FAILED
 
 
@@ -538,10 +558,11 @@ def main(args: list[str] | None = None) -> int:
     if problem is not None:
         log.note(f"rsup: warning: cannot adopt orphans ({problem}); some may outlive the job")
     started, clock_started = time.time(), time.monotonic()
+    reserved = reserve(opts.path(EXIT_JSON))
     try:
         proc = spawn(opts)
     except (OSError, KeyError, ValueError, subprocess.SubprocessError) as exc:
-        return spawn_failed(opts, log, exc, started)
+        return spawn_failed(opts, log, exc, started, reserved)
     shim = Shim(opts, signals, log, proc)
     try:
         write_json_atomic(opts.path(SHIM_JSON), shim_record(opts, proc.pid, started))
@@ -551,7 +572,7 @@ def main(args: list[str] | None = None) -> int:
         raise
     finally:
         record = exit_record(started, clock_started, **shim.exit_fields())
-        write_json_atomic(opts.path(EXIT_JSON), record)
+        write_json_atomic(opts.path(EXIT_JSON), record, reserved)
     log.close()
     return SHIM_EXIT_OK
 
