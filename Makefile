@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv test lint typecheck unit demo bench e2e clean
+.PHONY: all venv test lint typecheck unit demo bench e2e soak compare clean
 
 all: test
 
@@ -47,6 +47,13 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	@for script in tests/bench/bench_*.py; do $(BIN)/python $$script || exit 1; done
+
+# Long suites, kept out of `make test`.
+soak: $(STAMP)
+	$(BIN)/python tests/soak/soak.py $(SOAK_ARGS)
+
+compare: $(STAMP)
+	$(BIN)/python tests/compare/compare.py --runs 3 $(COMPARE_ARGS)
 
 clean:
 	rm -rf .rsup-run demo-run .pytest_cache .mypy_cache .ruff_cache

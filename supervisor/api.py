@@ -93,7 +93,7 @@ class Api:
             return {"ok": False, "error": str(exc), "code": 2}
         except EngineError as exc:
             return {"ok": False, "error": str(exc), "code": 1}
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
             return {"ok": False, "error": f"bad request: {exc}", "code": 2}
         except Exception as exc:
             log.exception("request failed", line=line[:200])
@@ -140,10 +140,12 @@ class Api:
 
     async def events(self, request: dict[str, Any], uid: int) -> Any:
         job = self._own(request, uid)
-        return self.engine.store.events(job.name, int(request.get("after", 0)))
+        return self.engine.store.events(job.name, _count(request, "after") or 0)
 
     async def logs(self, request: dict[str, Any], uid: int) -> Any:
         job = self._own(request, uid)
+        for key in ("attempt", "offset", "lines"):
+            _count(request, key)
         return views.log_chunk(self.engine, job, request)
 
     async def remove(self, request: dict[str, Any], uid: int) -> Any:
@@ -153,7 +155,8 @@ class Api:
 
     async def inject(self, request: dict[str, Any], uid: int) -> Any:
         job = self._own(request, uid)
-        return self.engine.inject(job.name, str(request.get("kind")), request.get("at_epoch"))
+        at_epoch = _count(request, "at_epoch")
+        return self.engine.inject(job.name, str(request.get("kind")), at_epoch)
 
     async def report(self, request: dict[str, Any], uid: int) -> Any:
         job = self._own(request, uid)
@@ -181,6 +184,17 @@ class Api:
                 if _may_see(j.owner_uid, uid) and not j.state.terminal
             ]
         return [self._own(request, uid).name]
+
+
+def _count(request: dict[str, Any], key: str) -> int | None:
+    """An optional whole number (0 .. 2**53) from the request; a usage error otherwise."""
+    value = request.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**53:
+        shown = json.dumps(value)[:40]
+        raise ApiError(f"{key} must be a whole number from 0 to 2**53, got {shown}", 2)
+    return value
 
 
 def _peer_uid(writer: asyncio.StreamWriter) -> int:

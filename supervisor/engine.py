@@ -19,7 +19,7 @@ import structlog
 from rsup.supervisor import devices, hooks, launch, preflight, probing
 from rsup.supervisor.attempts import AttemptRunner
 from rsup.supervisor.paths import Layout
-from rsup.supervisor.procwait import wait_any, wait_event
+from rsup.supervisor.procwait import signal_if_same, wait_any, wait_event
 from rsup.supervisor.states import JobState
 from rsup.supervisor.store import Job, Store
 
@@ -215,9 +215,17 @@ class Engine:
             await hooks.run_hooks(self.store, job, job.state.value, self.base_env)
 
     def _fail_safe(self, name: str) -> None:
+        """A bug in rsupd must not leave a job 'running' with nobody watching it: stop its
+        attempt's whole tree (the shim does it) and fail the job, saying why."""
         job = self.store.get_job(name)
-        if job is not None and job.state in (S.QUEUED, S.PROBING, S.BACKOFF):
-            self.store.move(name, S.FAILED, "internal error in rsupd; see its log")
+        if job is None or job.state.terminal:
+            return
+        attempts = self.store.attempts(name)
+        if attempts and not attempts[-1].processed:
+            last = attempts[-1]
+            signal_if_same(last.shim_pid, last.shim_start_time, signal.SIGUSR1)
+            self.store.update_attempt(name, last.n, processed=1, outcome="abandoned")
+        self.store.move(name, S.FAILED, "internal error in rsupd (see its log); attempt stopped")
 
     def _notify(self) -> None:
         self.changed.set()

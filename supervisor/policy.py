@@ -47,7 +47,12 @@ class Backoff:
 
     def delay(self, restarts: int) -> float:
         """Delay before restart number `restarts` (0-based), capped like Kubernetes."""
-        return float(min(self.initial * self.factor**restarts, self.maximum))
+        if self.initial <= 0:
+            return 0.0  # and not 0 * inf = nan when factor is inf
+        try:
+            return float(min(self.initial * self.factor**restarts, self.maximum))
+        except OverflowError:  # factor**restarts passed 1e308: long since capped
+            return float(self.maximum)
 
 
 @dataclass(frozen=True)
