@@ -19,16 +19,24 @@ import pytest
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    """Poll `cond` until it returns something truthy; fail the test at the deadline."""
+def wait_for(
+    cond: Callable[[], Any],
+    timeout: float = 20.0,
+    what: str | Callable[[], str] = "condition",
+    every: float = 0.02,
+) -> Any:
+    """Poll `cond` every `every` s until it returns something truthy; fail at the deadline.
+
+    `what` may be a function, so the failure can say how things stood at that moment."""
     deadline = time.monotonic() + timeout
     while True:
         value = cond()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
+            said = what if isinstance(what, str) else what()
+            raise AssertionError(f"timed out after {timeout} s waiting for {said}")
+        time.sleep(every)
 
 
 def pid_alive(pid: int) -> bool:

@@ -28,7 +28,7 @@ import psutil  # noqa: E402
 from rsup.supervisor.client import Client  # noqa: E402
 from rsup.supervisor.spec import load_spec  # noqa: E402
 
-from tests.conftest import FIXTURES, Rsupd, kill_leftovers, write_spec  # noqa: E402
+from tests.conftest import FIXTURES, Rsupd, kill_leftovers, wait_for, write_spec  # noqa: E402
 
 __all__ = ["FIXTURES", "REPO", "Bench", "log", "machine", "read_float", "summary", "wait_until"]
 
@@ -40,15 +40,8 @@ def log(message: str) -> None:
 
 
 def wait_until(cond: Callable[[], Any], timeout: float, what: str, every: float = 0.005) -> Any:
-    """Poll `cond` until it returns something truthy; RuntimeError at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(every)
+    """conftest.wait_for at a benchmark's pace."""
+    return wait_for(cond, timeout, what, every)
 
 
 def percentile(ordered: Sequence[float], q: float) -> float:

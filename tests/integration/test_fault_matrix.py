@@ -65,16 +65,8 @@ def events(daemon: Rsupd, name: str, event: str | None = None) -> list[dict[str,
 def poll(
     cond: Callable[[], Any], timeout: float, what: str | Callable[[], str], every: float = 0.1
 ) -> Any:
-    """Like conftest.wait_for, at a pace that leaves a busy daemon some CPU."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            said = what if isinstance(what, str) else what()
-            raise AssertionError(f"timed out after {timeout} s waiting for {said}")
-        time.sleep(every)
+    """conftest.wait_for at a pace that leaves a busy daemon some CPU."""
+    return wait_for(cond, timeout, what, every)
 
 
 def wait_state(daemon: Rsupd, name: str, *states: str, timeout: float = 60) -> dict[str, Any]:
