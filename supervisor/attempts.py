@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from rsup.supervisor import launch, policy, probing, yolojob
+from rsup.supervisor import devices, launch, policy, probing, yolojob
 from rsup.supervisor.launch import RunAs
 from rsup.supervisor.monitor import AttemptMonitor, OutputListener
 from rsup.supervisor.outcome import build_outcome, describe, history_for, limits_for
@@ -107,8 +107,9 @@ class AttemptRunner:
             env.update(miopen_cache_env(self.layout.root))
         if device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = ""
-        elif device and device.removeprefix("cuda:").isdigit():
-            env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = device.removeprefix("cuda:")
+        elif device and devices.is_gpu(device):
+            visible = ",".join(devices.indexes(device))  # one GPU, or one per torchrun rank
+            env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = visible
         return env
 
     def _prepare(self, adir: Path, job: Job, who: RunAs | None) -> None:

@@ -51,6 +51,19 @@ def index_of(device: str) -> str:
     return device.removeprefix("cuda:")
 
 
+def indexes(device: str) -> list[str]:
+    """ "0,1" (several GPUs for one torchrun job) -> ["0", "1"]; "cuda:1" -> ["1"]."""
+    return [index_of(part.strip()) for part in device.split(",") if part.strip()]
+
+
+def gpus_wanted(spec: dict[str, Any]) -> int:
+    """How many GPUs the job needs: torchrun's nproc_per_node ranks, one each; else one."""
+    if spec.get("kind") != "torchrun":
+        return 1
+    nproc = (spec.get("torchrun") or {}).get("nproc_per_node", 1)
+    return int(nproc) if str(nproc).isdigit() and int(nproc) > 0 else 1
+
+
 class Pool:
     """Which job holds which GPU: one job per GPU."""
 
@@ -63,17 +76,22 @@ class Pool:
         return self.held.get(index_of(device))
 
     def take(self, device: str, job: str) -> bool:
-        key = index_of(device)
-        if self.held.get(key, job) != job:
+        """Hold every GPU `device` names, or none of them."""
+        keys = indexes(device)
+        if any(self.held.get(key, job) != job for key in keys):
             return False
-        self.held[key] = job
+        for key in keys:
+            self.held[key] = job
         return True
 
-    def free_one(self, gpus: list[str], job: str) -> str | None:
-        for gpu in gpus:
-            if self.take(gpu, job):
-                return gpu
-        return None
+    def free_one(self, gpus: list[str], job: str, count: int = 1) -> str | None:
+        """Hold `count` free GPUs for `job`; "0" or "0,1"; None while too few are free."""
+        free = [g for g in gpus if self.held.get(index_of(g), job) == job][:count]
+        if len(free) < count:
+            return None
+        device = ",".join(free)
+        self.take(device, job)
+        return device
 
     async def release(self, job: str) -> None:
         for key in [k for k, v in self.held.items() if v == job]:

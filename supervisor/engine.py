@@ -281,7 +281,10 @@ class Engine:
         if self._earlier_waiter(job):
             return None  # first come, first served
         if wanted == "auto":
-            return self.pool.free_one(gpus, job.name)
+            count = devices.gpus_wanted(job.spec)
+            if count > len(gpus):
+                return "cpu" if (job.spec.get("fallback") or {}).get("cpu", True) else None
+            return self.pool.free_one(gpus, job.name, count)
         return wanted if self.pool.take(wanted, job.name) else None
 
     def _earlier_waiter(self, job: Job) -> bool:

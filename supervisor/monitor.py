@@ -105,10 +105,20 @@ class AttemptMonitor:
             due = drill.get("at_epoch") is None or (
                 epoch is not None and epoch >= drill["at_epoch"]
             )
-            if due and self.job_pid is not None:
+            target = self._drill_target()
+            if due and target is not None:
                 sig = signal.SIGKILL if drill["kind"] == "kill" else signal.SIGSTOP
                 self._mark_fired(drill)
-                signal_if_same(self.job_pid, self.job_start, sig)
+                signal_if_same(target[0], target[1], sig)
+
+    def _drill_target(self) -> tuple[int, int | None] | None:
+        """The process a kill/hang drill hits: the job, or for torchrun its highest rank
+        (the agent itself is not what fails in the field)."""
+        if self.ranks is not None and self.ranks.pids():
+            rank_pids = self.ranks.pids()
+            pid = rank_pids[max(rank_pids)]
+            return pid, launch.start_time(pid)
+        return (self.job_pid, self.job_start) if self.job_pid is not None else None
 
     def _mark_fired(self, drill: dict[str, Any]) -> None:
         if drill["kind"] not in self.drills_fired:

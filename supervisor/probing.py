@@ -76,6 +76,7 @@ def invalidate(layout: Layout, device: str | None) -> int:
 
 
 def _torch_device(device: str) -> str:
-    if device.isdigit():
-        return f"cuda:{device}"
-    return device
+    """The probe's device: a GPU index becomes cuda:N; a torchrun job's "0,1" probes its
+    first GPU (the others are the same model in the machines this is for)."""
+    first = device.split(",")[0].strip()
+    return f"cuda:{first}" if first.isdigit() else first

@@ -178,3 +178,19 @@ def test_sigstop_is_a_hang_the_group_resumes_and_stop_leaves_no_rank(
     assert stop.returncode == 0, stop.stderr
     assert rsupd.status("ddp")["state"] == "stopped"
     wait_for(lambda: not any(pid_alive(p) for p in pids), 10, "every rank and agent to end")
+
+
+def test_kill_drill_hits_a_rank_not_the_agent(rsupd: Rsupd, tmp_path: Path) -> None:
+    spec = ddp_spec(tmp_path)
+    assert rsupd.cli("start", str(spec)).returncode == 0
+    state = rsupd.state
+    first = attempt_dir(state, 1)
+    wait_for(lambda: rank_pid(first, 1, 3), 120, "rank 1 at step 3")
+    assert rsupd.cli("inject", "ddp", "kill").returncode == 0
+    job = rsupd.wait_state("ddp", "succeeded", "failed", timeout=180)
+    assert job["state"] == "succeeded" and job["attempts"] == 2
+    events = rsupd.events("ddp")
+    fired = next(e for e in events if e["event"] == "drill_fired")
+    assert fired["kind"] == "kill" and fired["attempt"] == 1
+    failed = next(e for e in events if e["event"] == "rank_failed")
+    assert failed["rank"] == 1

@@ -70,3 +70,22 @@ def test_queued_jobs_get_the_gpu_in_submission_order(one_gpu: Rsupd, tmp_path: P
     one_gpu.wait_state("late", "running")
     gates["late"].write_text("go")
     one_gpu.wait_state("late", "succeeded")
+
+
+def test_torchrun_job_gets_one_gpu_per_rank(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    script = tmp_path / "show_ranks.py"
+    script.write_text(
+        "import os\n"
+        "print('rank', os.environ['LOCAL_RANK'], 'sees', os.environ['CUDA_VISIBLE_DEVICES'],"
+        " flush=True)\n"
+    )
+    with running_rsupd(tmp_path, env={"RSUP_FAKE_GPUS": "0,1,2"}) as daemon:
+        spec = write_spec(tmp_path, "ddp", [str(script)], kind="torchrun",
+                          torchrun={"nproc_per_node": 2}, probe={"enabled": False})  # fmt: skip
+        assert daemon.cli("start", str(spec)).returncode == 0
+        job = daemon.wait_state("ddp", "succeeded", "failed", timeout=120)
+        assert job["state"] == "succeeded", daemon.cli("logs", "ddp").stdout[-2000:]
+        assert job["device"] == "0,1"
+        out = daemon.cli("logs", "ddp").stdout
+        assert "rank 0 sees 0,1" in out and "rank 1 sees 0,1" in out
