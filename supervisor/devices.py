@@ -18,6 +18,7 @@ from typing import Any
 from rsup.supervisor.procwait import wait_event
 
 FAKE_GPUS_ENV = "RSUP_FAKE_GPUS"  # test double: "0,1" stands for two GPUs that are not here
+FAKE_IDS_ENV = "RSUP_FAKE_GPU_IDS"  # test double: "0=GPU-aa,1=GPU-bb", their stable ids
 KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
 
 
@@ -30,6 +31,23 @@ def visible_gpus(env: dict[str, str] | None = None) -> list[str]:
     if nvidia:
         return [name.removeprefix("nvidia") for name in nvidia]
     return [str(i) for i in range(_amd_gpu_count())]
+
+
+def gpu_ids(env: dict[str, str] | None = None) -> dict[str, str]:
+    """Stable id (lower case) -> current index. NVIDIA UUIDs through NVML; {} elsewhere."""
+    env = dict(os.environ if env is None else env)
+    if env.get(FAKE_IDS_ENV) is not None:
+        pairs = (p.split("=", 1) for p in env[FAKE_IDS_ENV].split(",") if "=" in p)
+        return {uuid.strip().lower(): index.strip() for index, uuid in pairs}
+    return {g["uuid"].lower(): g["index"] for g in _nvml() if g.get("uuid")}
+
+
+def resolve(device: str, env: dict[str, str] | None = None) -> str | None:
+    """An index for a stable id ("GPU-..." or "uuid:..."), the device itself otherwise;
+    None when no GPU here has that id."""
+    if not device.startswith(("gpu-", "uuid:")):
+        return device
+    return gpu_ids(env).get(device.removeprefix("uuid:"))
 
 
 def _amd_gpu_count() -> int:
@@ -65,28 +83,37 @@ def gpus_wanted(spec: dict[str, Any]) -> int:
 
 
 class Pool:
-    """Which job holds which GPU: one job per GPU."""
+    """Which job holds which GPU: one job per GPU, unless every holder allows sharing."""
 
     def __init__(self) -> None:
-        self.held: dict[str, str] = {}
+        self.held: dict[str, str] = {}  # index -> the first holder
+        self.sharers: dict[str, set[str]] = {}  # index -> every job on it, when shared
+        self.sharing: set[str] = set()  # jobs whose spec says share_gpu
         self.waiting: list[str] = []  # jobs queued for a GPU, in the order they asked
         self.freed = asyncio.Event()  # replaced on each release: waiters see one generation
 
     def holder(self, device: str) -> str | None:
         return self.held.get(index_of(device))
 
+    def _fits(self, key: str, job: str) -> bool:
+        holders = self.sharers.get(key, {self.held[key]} if key in self.held else set())
+        if not holders or holders == {job}:
+            return True
+        return job in self.sharing and holders <= self.sharing
+
     def take(self, device: str, job: str) -> bool:
         """Hold every GPU `device` names, or none of them."""
         keys = indexes(device)
-        if any(self.held.get(key, job) != job for key in keys):
+        if not all(self._fits(key, job) for key in keys):
             return False
         for key in keys:
-            self.held[key] = job
+            self.held.setdefault(key, job)
+            self.sharers.setdefault(key, set()).add(job)
         return True
 
     def free_one(self, gpus: list[str], job: str, count: int = 1) -> str | None:
         """Hold `count` free GPUs for `job`; "0" or "0,1"; None while too few are free."""
-        free = [g for g in gpus if self.held.get(index_of(g), job) == job][:count]
+        free = [g for g in gpus if self._fits(index_of(g), job)][:count]
         if len(free) < count:
             return None
         device = ",".join(free)
@@ -94,8 +121,14 @@ class Pool:
         return device
 
     async def release(self, job: str) -> None:
-        for key in [k for k, v in self.held.items() if v == job]:
-            del self.held[key]
+        self.sharing.discard(job)
+        for key, jobs in list(self.sharers.items()):
+            jobs.discard(job)
+            if not jobs:
+                del self.sharers[key]
+                self.held.pop(key, None)
+            elif self.held.get(key) == job:
+                self.held[key] = next(iter(jobs))
         self.freed.set()
         self.freed = asyncio.Event()
 
@@ -131,8 +164,10 @@ def _nvml() -> list[dict[str, Any]]:
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             util = pynvml.nvmlDeviceGetUtilizationRates(handle)
             mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
             out.append({"index": str(i), "util": util.gpu, "mem_used": mem.used,
-                        "mem_total": mem.total, "source": "nvml"})  # fmt: skip
+                        "mem_total": mem.total, "source": "nvml", "uuid": uuid})  # fmt: skip
         return out
     except Exception:  # the library is there but no driver: no telemetry
         return []

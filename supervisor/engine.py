@@ -70,6 +70,8 @@ class Engine:
         for job in self.store.jobs():
             if not job.state.terminal:
                 if devices.is_gpu(job.device) and job.state != S.QUEUED:
+                    if job.spec.get("share_gpu"):
+                        self.pool.sharing.add(job.name)
                     self.pool.take(str(job.device), job.name)
                 self._readopted(job)
                 self._spawn(job.name)
@@ -238,6 +240,11 @@ class Engine:
             return
         if not await self._dependencies_ready(job, control):
             return
+        if devices.resolve(str(job.spec.get("device", "auto")), self.base_env) is None:
+            known = ", ".join(devices.gpu_ids(self.base_env)) or "none readable"
+            reason = f"no GPU here has the id {job.spec['device']} (ids: {known})"
+            self.store.move(job.name, S.FAILED, reason)
+            return
         device = job.device or self._pick_device(job)
         if device is None:
             await self._wait_for_gpu(job, control)
@@ -272,9 +279,13 @@ class Engine:
 
     def _pick_device(self, job: Job) -> str | None:
         """A device for the job, holding it; None while every fitting GPU is held."""
-        wanted = str(job.spec.get("device", "auto"))
+        wanted = devices.resolve(str(job.spec.get("device", "auto")), self.base_env)
+        if wanted is None:
+            return None
         if wanted == "cpu":
             return "cpu"
+        if job.spec.get("share_gpu"):
+            self.pool.sharing.add(job.name)
         gpus = devices.visible_gpus(self.base_env)
         if wanted == "auto" and not gpus:
             return "cpu"

@@ -126,7 +126,12 @@ def _device(value: object) -> str:
     text = value.strip().lower() if isinstance(value, str) else ""
     if text in ("auto", "cpu") or re.fullmatch(r"(cuda:)?\d+", text):
         return text
-    raise ValueError(f"expected auto, cpu, a GPU index such as 0, or cuda:N; got {value!r}")
+    if re.fullmatch(r"(gpu-|uuid:)[0-9a-z-]+", text):  # a stable id: survives renumbering
+        return text
+    raise ValueError(
+        f"expected auto, cpu, a GPU index such as 0, cuda:N, or a GPU id "
+        f"(GPU-<uuid> or uuid:<id>); got {value!r}"
+    )
 
 
 def _argv(value: object) -> object:
@@ -268,6 +273,7 @@ class JobSpec(_Model):
     cost: CostSpec = Field(default_factory=CostSpec)
     hooks: HooksSpec = Field(default_factory=HooksSpec)
     preflight: PreflightSpec | None = None
+    share_gpu: bool = False  # may share its GPU with other jobs that also allow it
 
     @model_validator(mode="after")
     def _fits_kind(self) -> JobSpec:

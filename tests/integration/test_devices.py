@@ -89,3 +89,27 @@ def test_torchrun_job_gets_one_gpu_per_rank(tmp_path: Path) -> None:
         assert job["device"] == "0,1"
         out = daemon.cli("logs", "ddp").stdout
         assert "rank 0 sees 0,1" in out and "rank 1 sees 0,1" in out
+
+
+def test_stable_gpu_id_and_sharing(tmp_path: Path) -> None:
+    env = {"RSUP_FAKE_GPUS": "0,1", "RSUP_FAKE_GPU_IDS": "0=GPU-aaaa,1=GPU-bbbb"}
+    gate = tmp_path / "gate"
+    wait = [sys.executable, "-c", SHOW, str(gate)]
+    no_probe = {"probe": {"enabled": False}}
+    with running_rsupd(tmp_path, env=env) as daemon:
+        by_id = write_spec(tmp_path, "byid", wait, device="GPU-bbbb", share_gpu=True, **no_probe)
+        assert daemon.cli("start", str(by_id)).returncode == 0
+        assert daemon.wait_state("byid", "running")["device"] == "1"
+        wait_for(lambda: "cuda 1 hip 1" in daemon.cli("logs", "byid").stdout)
+        sharer = write_spec(tmp_path, "sharer", wait, device="1", share_gpu=True, **no_probe)
+        assert daemon.cli("start", str(sharer)).returncode == 0
+        assert daemon.wait_state("sharer", "running")["device"] == "1"
+        loner = write_spec(tmp_path, "loner", wait, device="1", **no_probe)
+        assert daemon.cli("start", str(loner)).returncode == 0
+        wait_for(lambda: "free GPU" in daemon.status("loner")["reason"])
+        ghost = write_spec(tmp_path, "ghost", wait, device="GPU-cccc", **no_probe)
+        assert daemon.cli("start", str(ghost)).returncode == 0
+        failed = daemon.wait_state("ghost", "failed")
+        assert "GPU-cccc" in failed["reason"] or "gpu-cccc" in failed["reason"]
+        gate.write_text("go")
+        daemon.wait_state("loner", "succeeded", timeout=60)
