@@ -20,11 +20,14 @@ class Spent:
                 "currency": self.currency}  # fmt: skip
 
 
-def spent(spec: dict[str, Any], attempts: list[Attempt], now: float) -> Spent:
-    """Wall time since the first attempt started: a rented box bills through the backoffs."""
+def spent(
+    spec: dict[str, Any], attempts: list[Attempt], now: float, finished: bool = False
+) -> Spent:
+    """Wall time since the first attempt started: a rented box bills through the backoffs.
+    For a finished job, up to the end of its last attempt."""
     cost = spec.get("cost") or {}
     seconds = max(0.0, now - attempts[0].started) if attempts else 0.0
-    if attempts and attempts[-1].ended is not None:
+    if finished and attempts and attempts[-1].ended is not None:
         seconds = attempts[-1].ended - attempts[0].started
     money = seconds / 3600.0 * float(cost.get("per_hour", 0.0))
     return Spent(seconds, money, str(cost.get("currency", "USD")))
@@ -39,6 +42,19 @@ def over_limit(spec: dict[str, Any], used: Spent) -> str | None:
     if budget is not None and used.money >= float(budget):
         return f"cost budget reached ({used.money:.2f} of {float(budget):.2f} {used.currency})"
     return None
+
+
+def seconds_left(spec: dict[str, Any], used: Spent) -> float | None:
+    """Time until the runtime limit or the budget is reached; None with neither set."""
+    left: list[float] = []
+    limit = (spec.get("limits") or {}).get("max_runtime")
+    if limit is not None:
+        left.append(parse_duration(limit) - used.seconds)
+    cost = spec.get("cost") or {}
+    if cost.get("budget") is not None and float(cost.get("per_hour") or 0) > 0:
+        rate = float(cost["per_hour"]) / 3600.0
+        left.append((float(cost["budget"]) - used.money) / rate)
+    return max(0.0, min(left)) if left else None
 
 
 def checkpoint_due(progress: dict[str, Any] | None, now: float, grace: float) -> bool:

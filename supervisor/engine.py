@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from rsup.supervisor import devices, hooks, launch, preflight, probing
+from rsup.supervisor import budget, devices, hooks, launch, preflight, probing
 from rsup.supervisor.attempts import AttemptRunner
 from rsup.supervisor.paths import Layout
 from rsup.supervisor.procwait import signal_if_same, wait_any, wait_event
@@ -348,8 +348,16 @@ class Engine:
             self.store.move(job.name, S.STARTING, result.reason)
 
     async def _backoff(self, job: Job, control: Control) -> None:
+        # a rented box bills through the backoff too: the budget holds here as well
+        attempts = self.store.attempts(job.name)
         delay = max(0.0, (job.next_start_at or 0.0) - time.time())
-        if not await wait_event(control.stop, delay):
+        left = budget.seconds_left(job.spec, budget.spent(job.spec, attempts, time.time()))
+        if left is not None and left <= delay:
+            if not await wait_event(control.stop, left):
+                over = budget.over_limit(job.spec, budget.spent(job.spec, attempts, time.time()))
+                self.store.move(job.name, S.STOPPED, f"{over or 'budget reached'}; not restarted")
+                return
+        elif not await wait_event(control.stop, delay):
             if job.overrides.get("reprobe"):
                 self.store.move(job.name, S.PROBING, "backoff over; re-probing the GPU")
             else:

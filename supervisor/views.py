@@ -42,7 +42,7 @@ def job_view(engine: Engine, job: Job) -> dict[str, Any]:
         "next_start_at": job.next_start_at if job.state.value == "backoff" else None,
         "overrides": job.overrides,
         "isolation": isolation_mode(),
-        **budget.spent(job.spec, attempts, time.time()).as_dict(),
+        **budget.spent(job.spec, attempts, time.time(), job.state.terminal).as_dict(),
         "since": round(time.time() - job.updated, 1),
     }
 

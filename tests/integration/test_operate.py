@@ -97,3 +97,16 @@ def test_passing_preflight_then_the_real_run(rsupd: Rsupd, tmp_path: Path) -> No
     assert job["attempts"] == 1
     results = [e for e in rsupd.events("checked") if e["event"] == "preflight_result"]
     assert [r["passed"] for r in results] == [True]
+
+
+def test_budget_reached_during_backoff_is_not_restarted(rsupd: Rsupd, tmp_path: Path) -> None:
+    crash = [sys.executable, "-c", "raise SystemExit(1)"]
+    spec = write_spec(
+        tmp_path, "spender", crash,
+        cost={"per_hour": 3600, "budget": 2},  # 1 per second: 2 s of running
+        restart={"backoff": {"initial": 3, "max": 3}},
+    )  # fmt: skip
+    assert rsupd.cli("start", str(spec)).returncode == 0
+    job = rsupd.wait_state("spender", "stopped", timeout=30)
+    assert "cost budget reached" in job["reason"] and "not restarted" in job["reason"]
+    assert job["attempts"] == 1
