@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 from rsup.supervisor import devices, launch, policy, probing, yolojob
+from rsup.supervisor.cgroups import AttemptCgroups
 from rsup.supervisor.launch import RunAs
 from rsup.supervisor.monitor import AttemptMonitor, OutputListener
 from rsup.supervisor.outcome import build_outcome, describe, history_for, limits_for
@@ -40,10 +41,16 @@ NEXT_STATE = {
 
 class AttemptRunner:
     def __init__(
-        self, store: Store, layout: Layout, job: str, output_listeners: list[OutputListener]
+        self,
+        store: Store,
+        layout: Layout,
+        job: str,
+        output_listeners: list[OutputListener],
+        cgroups: AttemptCgroups | None = None,
     ) -> None:
         self.store, self.layout, self.job = store, layout, job
         self.output_listeners = output_listeners
+        self.cgroups = cgroups
         self.monitor: AttemptMonitor | None = None
         self.stop_reason: str | None = None  # why rsupd itself stopped the job (budget)
 
@@ -75,7 +82,9 @@ class AttemptRunner:
         attempt = Attempt(self.job, n, str(adir), time.time())
         self.store.add_attempt(attempt)
         self.store.update_job(self.job, attempts=n)
-        pid = launch.start_shim(launch.shim_argv(spec, adir, argv, who), env)
+        memory = (spec.get("limits") or {}).get("memory")
+        cgroup = self.cgroups.create(self.job, n, memory) if self.cgroups else None
+        pid = launch.start_shim(launch.shim_argv(spec, adir, argv, who, cgroup), env)
         attempt.shim_pid, attempt.shim_start_time = pid, launch.start_time(pid)
         self.store.update_attempt(
             self.job, n, shim_pid=pid, shim_start_time=attempt.shim_start_time
@@ -173,6 +182,12 @@ class AttemptRunner:
             self._kill_orphaned(attempt, "the shim did not finish stopping the job")
             await ended
 
+    def _cgroup(self, attempt: Attempt) -> Path | None:
+        if self.cgroups is None:
+            return None
+        folder = self.cgroups.base / f"{self.job}-{attempt.n}"
+        return folder if folder.is_dir() else None
+
     async def _shim_ready(self, attempt: Attempt, ended: asyncio.Future[None]) -> None:
         """A signal that lands before the shim installed its handlers would kill the shim
         alone and orphan the job: wait (bounded) until shim.json says it is in charge."""
@@ -186,6 +201,9 @@ class AttemptRunner:
         info = launch.shim_info(Path(attempt.dir)) or {}
         signal_if_same(attempt.shim_pid, attempt.shim_start_time, signal.SIGKILL)
         killed = kill_tree(info.get("job_pid"), info.get("job_start_time"))
+        folder = self._cgroup(attempt)
+        if folder is not None and AttemptCgroups.kill(folder):
+            killed += 1  # and everything else in the attempt's cgroup
         killed += kill_marked(C.ENV_ATTEMPT_DIR, str(attempt.dir))
         self.store.emit(self.job, attempt.n, "tree_killed", reason=why, processes=killed)
 
@@ -196,6 +214,11 @@ class AttemptRunner:
         exit_data = launch.exit_info(adir)
         if exit_data is None:
             self._kill_orphaned(attempt, "the shim died without writing exit.json")
+        folder = self._cgroup(attempt)
+        if folder is not None:
+            exit_data = {**(exit_data or {}), "cgroup_oom_kills": AttemptCgroups.oom_kills(folder)}
+            AttemptCgroups.kill(folder)  # nothing of this attempt may outlive it
+            AttemptCgroups.remove(folder)
         job = self.store.get_job(self.job)
         assert job is not None and self.monitor is not None
         outcome = build_outcome(job, attempt, exit_data, self.monitor)

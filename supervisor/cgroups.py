@@ -3,7 +3,7 @@
 With `Delegate=yes` systemd hands rsupd a cgroup v2 folder it may write to. There each
 attempt could get its own cgroup (stop through `cgroup.kill`, `memory.max`, OOM counts in
 `memory.events`). Without one (containers, CI, cgroup v1 hosts) the shim, a child subreaper
-that kills its whole process tree, remains the mechanism. Only detection lives here so far.
+that kills its whole process tree, remains the mechanism.
 """
 
 from __future__ import annotations
@@ -55,8 +55,102 @@ def delegated(folder: Path) -> bool:
 
 def isolation_mode(proc_self: Path = Path("/proc/self")) -> str:
     """ "cgroup" when a delegated cgroup v2 subtree is available, else "subreaper"."""
+    if os.environ.get(ROOT_ENV):
+        return CGROUP if _usable(Path(os.environ[ROOT_ENV])) else SUBREAPER
     folder = own_cgroup(proc_self)
     try:
         return CGROUP if folder is not None and delegated(folder) else SUBREAPER
     except OSError:
         return SUBREAPER
+
+
+ROOT_ENV = "RSUP_CGROUP_ROOT"  # a cgroup v2 folder to put attempts under (tests, odd hosts)
+
+
+class AttemptCgroups:
+    """One cgroup v2 folder per attempt under `base`: stop with cgroup.kill (setsid'ed and
+    double-forked processes included), `limits.memory` as memory.max where the memory
+    controller is enabled, and memory.events' oom_kill as host_oom evidence."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+
+    @classmethod
+    def find(cls, env: dict[str, str] | None = None) -> AttemptCgroups | None:
+        """From $RSUP_CGROUP_ROOT, else rsupd's own delegated cgroup (rsupd then moves
+        itself into a leaf, since a cgroup with children may hold no processes)."""
+        env = dict(os.environ if env is None else env)
+        if env.get(ROOT_ENV):
+            base = Path(env[ROOT_ENV])
+            return cls(base) if _usable(base) else None
+        own = own_cgroup()
+        if own is None or not delegated(own):
+            return None
+        try:
+            _leaf(own)
+        except OSError:
+            return None
+        return cls(own / "attempts")
+
+    def create(self, job: str, n: int, memory_max: int | None) -> Path | None:
+        folder = self.base / f"{job}-{n}"
+        try:
+            self.base.mkdir(exist_ok=True)
+            _enable(self.base, "memory")
+            folder.mkdir(exist_ok=True)
+            if memory_max is not None and (folder / "memory.max").exists():
+                (folder / "memory.max").write_text(f"{memory_max}\n")
+        except OSError:
+            return None
+        return folder
+
+    @staticmethod
+    def kill(folder: Path) -> bool:
+        """SIGKILL every process in the attempt's cgroup at once."""
+        try:
+            (folder / "cgroup.kill").write_text("1\n")
+        except OSError:
+            return False
+        return True
+
+    @staticmethod
+    def oom_kills(folder: Path) -> int:
+        try:
+            for line in (folder / "memory.events").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    @staticmethod
+    def remove(folder: Path) -> None:
+        """Remove the folder once it is empty (a kill is asynchronous: retry briefly)."""
+        import time
+
+        for _ in range(50):
+            try:
+                folder.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.02)
+
+
+def _usable(folder: Path) -> bool:
+    return (folder / "cgroup.procs").is_file() and os.access(folder, os.W_OK | os.X_OK)
+
+
+def _leaf(own: Path) -> None:
+    leaf = own / "rsupd"
+    leaf.mkdir(exist_ok=True)
+    (leaf / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    _enable(own, "memory")
+
+
+def _enable(folder: Path, controller: str) -> None:
+    available = (folder / "cgroup.controllers").read_text().split()
+    if controller in available:
+        (folder / "cgroup.subtree_control").write_text(f"+{controller}\n")

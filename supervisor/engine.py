@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 from rsup.supervisor import budget, devices, hooks, launch, preflight, probing
 from rsup.supervisor.attempts import AttemptRunner
+from rsup.supervisor.cgroups import AttemptCgroups
 from rsup.supervisor.paths import Layout
 from rsup.supervisor.procwait import signal_if_same, wait_any, wait_event
 from rsup.supervisor.states import JobState
@@ -56,6 +57,7 @@ class Engine:
         self.attempts: dict[str, AttemptRunner] = {}
         self.changed = asyncio.Event()
         self.pool = devices.Pool()
+        self.cgroups: AttemptCgroups | None = None  # per-attempt cgroups, where rsupd has some
         self.probe_stages: tuple[str, ...] = ()  # from rsupd.toml [probe] extra_stages
         self.job_done = asyncio.Event()  # replaced each time a job ends
         self.listeners: list[Callable[[], None]] = []
@@ -67,6 +69,7 @@ class Engine:
     async def recover(self) -> None:
         """Pick every unfinished job up again (re-adopting running attempts)."""
         self.layout.ensure_pylib()
+        self.cgroups = AttemptCgroups.find(self.base_env)
         for job in self.store.jobs():
             if not job.state.terminal:
                 if devices.is_gpu(job.device) and job.state != S.QUEUED:
@@ -409,7 +412,9 @@ class Engine:
     def _runner(self, job: Job) -> AttemptRunner:
         runner = self.attempts.get(job.name)
         if runner is None:
-            runner = AttemptRunner(self.store, self.layout, job.name, self.output_listeners)
+            runner = AttemptRunner(
+                self.store, self.layout, job.name, self.output_listeners, self.cgroups
+            )
             self.attempts[job.name] = runner
         return runner
 

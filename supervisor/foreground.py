@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rsup.supervisor import logs, show
+from rsup.supervisor.cgroups import AttemptCgroups
 from rsup.supervisor.engine import Engine, EngineError
 from rsup.supervisor.paths import Layout
 from rsup.supervisor.spec import load_spec
@@ -62,6 +63,7 @@ async def _supervise(
             await engine.recover()
         else:
             engine.layout.ensure_pylib()
+            engine.cgroups = AttemptCgroups.find(engine.base_env)
             engine.submit(spec, os.getuid())
         for kind, epoch in drills:
             engine.inject(name, kind, epoch)

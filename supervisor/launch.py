@@ -145,7 +145,11 @@ def job_env(
 
 
 def shim_argv(
-    spec: dict[str, Any], attempt_dir: Path, argv: list[str], who: RunAs | None
+    spec: dict[str, Any],
+    attempt_dir: Path,
+    argv: list[str],
+    who: RunAs | None,
+    cgroup: Path | None = None,
 ) -> list[str]:
     stop = spec.get("stop") or {}
     limits = spec.get("limits") or {}
@@ -167,6 +171,8 @@ def shim_argv(
     if who is not None:
         groups = ",".join(str(g) for g in who.groups)
         cmd += ["--user", str(who.uid), "--group", str(who.gid), "--groups", groups]
+    if cgroup is not None:
+        cmd += ["--cgroup", str(cgroup)]
     return [*cmd, "--", *argv]
 
 

@@ -34,7 +34,9 @@ def build_outcome(
         )
     stopped = bool(exit_data.get("stop_requested")) or job.state.value == "stopping"
     oom_line = None
-    if sig == signal.SIGKILL and not stopped and "kill" not in monitor.drills_fired:
+    if exit_data.get("cgroup_oom_kills"):
+        oom_line = f"memory.events: oom_kill {exit_data['cgroup_oom_kills']} (the attempt's cgroup)"
+    elif sig == signal.SIGKILL and not stopped and "kill" not in monitor.drills_fired:
         oom_line = kernlog.oom_kill(attempt.started, float(exit_data.get("ended") or time.time()))
     diagnosis = classify_exit(
         monitor.diagnosis(), code, sig, stop_requested=stopped, oom_evidence=oom_line

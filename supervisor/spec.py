@@ -217,6 +217,7 @@ class StopSpec(_Model):
 class LimitsSpec(_Model):
     max_runtime: PositiveDuration | None = None
     log_max_bytes: ByteSize = 256 * 1024 * 1024
+    memory: ByteSize | None = None  # memory.max of each attempt's cgroup, where rsup has one
 
 
 class FallbackSpec(_Model):

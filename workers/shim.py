@@ -71,6 +71,7 @@ class Options:
     group: int | str | None
     groups: list[int | str] | None
     argv: list[str]
+    cgroup: str | None = None
 
     def path(self, name: str) -> str:
         return os.path.join(self.attempt_dir, name)
@@ -110,6 +111,7 @@ def parse_args(args: list[str]) -> Options:
     parser.add_argument("--user", type=_id)
     parser.add_argument("--group", type=_id)
     parser.add_argument("--groups", type=_groups)
+    parser.add_argument("--cgroup", help="a cgroup v2 folder the shim and its job join")
     if "--" not in args:
         parser.error("the job's command must follow '--'")
     split = args.index("--")
@@ -124,7 +126,7 @@ def parse_args(args: list[str]) -> Options:
         parser.error(f"--max-log-bytes must be at least {MIN_MAX_BYTES}")
     return Options(
         os.path.abspath(ns.attempt_dir), ns.grace, ns.stop_signal, ns.max_log_bytes,
-        ns.cwd, ns.user, ns.group, ns.groups, args[split + 1 :],
+        ns.cwd, ns.user, ns.group, ns.groups, args[split + 1 :], ns.cgroup,
     )  # fmt: skip
 
 
@@ -505,6 +507,19 @@ def shim_record(opts: Options, job_pid: int, started: float) -> dict[str, Any]:
     }
 
 
+def join_cgroup(opts: Options) -> str | None:
+    """Move the shim into the attempt's cgroup before the job starts, so the job and
+    everything it forks (setsid'ed or not) is in it; the reason when that failed."""
+    if opts.cgroup is None:
+        return None
+    try:
+        with open(os.path.join(opts.cgroup, "cgroup.procs"), "w") as procs:
+            procs.write(f"{os.getpid()}\n")
+    except OSError as exc:
+        return f"rsup: could not join cgroup {opts.cgroup} ({exc}); the tree kill remains"
+    return None
+
+
 def spawn(opts: Options) -> subprocess.Popen[bytes]:
     """Start the job in a session of its own, stdout and stderr into one pipe."""
     ids: dict[str, Any] = {}
@@ -557,6 +572,9 @@ def main(args: list[str] | None = None) -> int:
     problem = proctree.set_child_subreaper()
     if problem is not None:
         log.note(f"rsup: warning: cannot adopt orphans ({problem}); some may outlive the job")
+    trouble = join_cgroup(opts)
+    if trouble is not None:
+        log.note(trouble.rstrip("\n"))
     started, clock_started = time.time(), time.monotonic()
     reserved = reserve(opts.path(EXIT_JSON))
     try:
