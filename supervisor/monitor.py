@@ -90,6 +90,7 @@ class AttemptMonitor:
         if self.kind == "ultralytics":
             self._write_drills()
         else:
+            self.poll()  # aim with what the job has said up to now (ranks' pids)
             self._fire_due()
 
     def _write_drills(self) -> None:
@@ -108,7 +109,7 @@ class AttemptMonitor:
             target = self._drill_target()
             if due and target is not None:
                 sig = signal.SIGKILL if drill["kind"] == "kill" else signal.SIGSTOP
-                self._mark_fired(drill)
+                self._mark_fired(drill, target[0])
                 signal_if_same(target[0], target[1], sig)
 
     def _drill_target(self) -> tuple[int, int | None] | None:
@@ -120,7 +121,7 @@ class AttemptMonitor:
             return pid, launch.start_time(pid)
         return (self.job_pid, self.job_start) if self.job_pid is not None else None
 
-    def _mark_fired(self, drill: dict[str, Any]) -> None:
+    def _mark_fired(self, drill: dict[str, Any], pid: int | None = None) -> None:
         if drill["kind"] not in self.drills_fired:
             self.drills_fired.append(drill["kind"])
         self.drills = [d for d in self.drills if d.get("id") != drill.get("id")]
@@ -136,7 +137,14 @@ class AttemptMonitor:
             kind=drill["kind"],
             at_epoch=drill.get("at_epoch"),
             epoch=(self.progress or {}).get("epoch"),
+            pid=pid,
+            rank=self._rank_of(pid),
         )
+
+    def _rank_of(self, pid: int | None) -> int | None:
+        if self.ranks is None or pid is None:
+            return None
+        return next((rank for rank, p in self.ranks.pids().items() if p == pid), None)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

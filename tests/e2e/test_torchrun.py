@@ -191,6 +191,6 @@ def test_kill_drill_hits_a_rank_not_the_agent(rsupd: Rsupd, tmp_path: Path) -> N
     assert job["state"] == "succeeded" and job["attempts"] == 2
     events = rsupd.events("ddp")
     fired = next(e for e in events if e["event"] == "drill_fired")
-    assert fired["kind"] == "kill" and fired["attempt"] == 1
+    assert fired["kind"] == "kill" and fired["attempt"] == 1 and fired["rank"] == 1
     failed = next(e for e in events if e["event"] == "rank_failed")
-    assert failed["rank"] == 1
+    assert failed["rank"] == 1 and failed["pid"] == fired["pid"]
