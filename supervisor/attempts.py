@@ -58,10 +58,9 @@ class AttemptRunner:
 
     def adoptable(self) -> Attempt | None:
         """The last attempt if it is still alive or ended unprocessed (after a restart)."""
-        attempts = self.store.attempts(self.job)
-        if not attempts or attempts[-1].processed:
+        last = self.store.last_attempt(self.job)
+        if last is None or last.processed:
             return None
-        last = attempts[-1]
         if last.shim_pid is None and launch.exit_info(Path(last.dir)) is None:
             self.store.update_attempt(self.job, last.n, processed=1, outcome="never started")
             return None
@@ -134,7 +133,8 @@ class AttemptRunner:
     # running -------------------------------------------------------------
 
     async def supervise(self, control: Control) -> tuple[JobState, str, int]:
-        attempt = self.store.attempts(self.job)[-1]
+        attempt = self.store.last_attempt(self.job)
+        assert attempt is not None  # RUNNING/STOPPING always has one
         if attempt.processed:  # rsupd died after deciding but before moving on
             return self._apply_stored(attempt)
         self.monitor = AttemptMonitor(self.store, self.job, attempt, self.output_listeners)

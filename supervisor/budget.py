@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsup.supervisor.spec import parse_duration
-from rsup.supervisor.store import Attempt
 
 
 @dataclass(frozen=True)
@@ -21,14 +20,13 @@ class Spent:
 
 
 def spent(
-    spec: dict[str, Any], attempts: list[Attempt], now: float, finished: bool = False
+    spec: dict[str, Any], first_started: float | None, now: float, ended: float | None = None
 ) -> Spent:
     """Wall time since the first attempt started: a rented box bills through the backoffs.
-    For a finished job, up to the end of its last attempt."""
+    For a finished job, pass `ended` (the end of its last attempt)."""
     cost = spec.get("cost") or {}
-    seconds = max(0.0, now - attempts[0].started) if attempts else 0.0
-    if finished and attempts and attempts[-1].ended is not None:
-        seconds = attempts[-1].ended - attempts[0].started
+    until = now if ended is None else ended
+    seconds = max(0.0, until - first_started) if first_started is not None else 0.0
     money = seconds / 3600.0 * float(cost.get("per_hour", 0.0))
     return Spent(seconds, money, str(cost.get("currency", "USD")))
 

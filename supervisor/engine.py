@@ -225,9 +225,8 @@ class Engine:
         job = self.store.get_job(name)
         if job is None or job.state.terminal:
             return
-        attempts = self.store.attempts(name)
-        if attempts and not attempts[-1].processed:
-            last = attempts[-1]
+        last = self.store.last_attempt(name)
+        if last is not None and not last.processed:
             signal_if_same(last.shim_pid, last.shim_start_time, signal.SIGUSR1)
             self.store.update_attempt(name, last.n, processed=1, outcome="abandoned")
         self.store.move(name, S.FAILED, "internal error in rsupd (see its log); attempt stopped")
@@ -352,12 +351,12 @@ class Engine:
 
     async def _backoff(self, job: Job, control: Control) -> None:
         # a rented box bills through the backoff too: the budget holds here as well
-        attempts = self.store.attempts(job.name)
+        first = self.store.first_started(job.name)
         delay = max(0.0, (job.next_start_at or 0.0) - time.time())
-        left = budget.seconds_left(job.spec, budget.spent(job.spec, attempts, time.time()))
+        left = budget.seconds_left(job.spec, budget.spent(job.spec, first, time.time()))
         if left is not None and left <= delay:
             if not await wait_event(control.stop, left):
-                over = budget.over_limit(job.spec, budget.spent(job.spec, attempts, time.time()))
+                over = budget.over_limit(job.spec, budget.spent(job.spec, first, time.time()))
                 self.store.move(job.name, S.STOPPED, f"{over or 'budget reached'}; not restarted")
                 return
         elif not await wait_event(control.stop, delay):
@@ -395,13 +394,13 @@ class Engine:
     async def _vram_released(self, job: Job) -> None:
         """Before a relaunch on the same GPU: processes of the last attempt that outlived
         SIGKILL (stuck in the driver) still hold VRAM; wait for them, bounded."""
-        attempts = self.store.attempts(job.name)
-        if not devices.is_gpu(job.device) or not attempts:
+        last = self.store.last_attempt(job.name)
+        if not devices.is_gpu(job.device) or last is None:
             return
-        survivors = list((attempts[-1].exit or {}).get("survivors") or [])
+        survivors = list((last.exit or {}).get("survivors") or [])
         left = await devices.wait_gone(survivors, VRAM_WAIT)
         if left:
-            self.store.emit(job.name, attempts[-1].n, "vram_not_released", pids=left,
+            self.store.emit(job.name, last.n, "vram_not_released", pids=left,
                             device=job.device)  # fmt: skip
 
     async def _running(self, job: Job, control: Control) -> None:

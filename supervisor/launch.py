@@ -192,25 +192,27 @@ def start_shim(argv: list[str], env: dict[str, str]) -> int:
     return proc.pid
 
 
-def start_time(pid: int) -> int | None:
-    """Field 22 of /proc/<pid>/stat (clock ticks after boot): with the pid, an identity."""
+def _stat(pid: int) -> list[bytes] | None:
+    """Fields of /proc/<pid>/stat after the command name (which may hold spaces)."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
-    fields = raw[raw.rindex(b")") + 2 :].split()
-    return int(fields[19])
+    return raw[raw.rindex(b")") + 2 :].split()
+
+
+def start_time(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat (clock ticks after boot): with the pid, an identity."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields else None
 
 
 def alive_as(pid: int | None, started: int | None) -> bool:
     """True when `pid` still names the same process (guards against pid reuse)."""
-    if pid is None:
+    fields = _stat(pid) if pid is not None else None
+    if not fields or (started is not None and int(fields[19]) != started):
         return False
-    now = start_time(pid)
-    if now is None or (started is not None and now != started):
-        return False
-    state = Path(f"/proc/{pid}/stat").read_bytes()
-    return state[state.rindex(b")") + 2 : state.rindex(b")") + 3] != b"Z"
+    return fields[0] != b"Z"
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -348,7 +348,7 @@ class AttemptMonitor:
         job = self.store.get_job(self.job)
         if job is None:
             return
-        used = budget.spent(job.spec, self.store.attempts(self.job), now)
+        used = budget.spent(job.spec, self.store.first_started(self.job), now)
         reason = budget.over_limit(job.spec, used)
         if reason is None:
             return

@@ -251,6 +251,18 @@ class Store:
         ).fetchone()
         return _attempt_from_row(row) if row else None
 
+    def last_attempt(self, job: str) -> Attempt | None:
+        row = self.db.execute(
+            f"SELECT {','.join(ATTEMPT_COLUMNS)} FROM attempts WHERE job=? ORDER BY n DESC LIMIT 1",
+            (job,),
+        ).fetchone()
+        return _attempt_from_row(row) if row else None
+
+    def first_started(self, job: str) -> float | None:
+        """When the job's first attempt started (what a budget counts from)."""
+        row = self.db.execute("SELECT MIN(started) FROM attempts WHERE job=?", (job,)).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
     def attempts(self, job: str) -> list[Attempt]:
         rows = self.db.execute(
             f"SELECT {','.join(ATTEMPT_COLUMNS)} FROM attempts WHERE job=? ORDER BY n", (job,)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rsup.supervisor import budget, launch
 from rsup.supervisor.cgroups import isolation_mode
-from rsup.supervisor.store import Job
+from rsup.supervisor.store import Attempt, Job
 from rsup.workers import constants as C
 
 if TYPE_CHECKING:
@@ -19,8 +19,7 @@ MAX_CHUNK = 1 << 20
 
 def job_view(engine: Engine, job: Job) -> dict[str, Any]:
     """One row of `rsup status --json`."""
-    attempts = engine.store.attempts(job.name)
-    last = attempts[-1] if attempts else None
+    last = engine.store.last_attempt(job.name)
     pid = None
     if last is not None and job.state.active and not last.processed:
         info = launch.shim_info(Path(last.dir)) or {}
@@ -42,22 +41,27 @@ def job_view(engine: Engine, job: Job) -> dict[str, Any]:
         "next_start_at": job.next_start_at if job.state.value == "backoff" else None,
         "overrides": job.overrides,
         "isolation": isolation_mode(),
-        **budget.spent(job.spec, attempts, time.time(), job.state.terminal).as_dict(),
+        **_spent(engine, job, last).as_dict(),
         "since": round(time.time() - job.updated, 1),
     }
 
 
+def _spent(engine: Engine, job: Job, last: Attempt | None) -> budget.Spent:
+    ended = last.ended if job.state.terminal and last is not None else None
+    return budget.spent(job.spec, engine.store.first_started(job.name), time.time(), ended)
+
+
 def log_chunk(engine: Engine, job: Job, request: dict[str, Any]) -> dict[str, Any]:
     """A piece of one attempt's output.log, from `offset` (or the last `lines` lines)."""
-    attempts = engine.store.attempts(job.name)
-    if not attempts:
+    latest = engine.store.last_attempt(job.name)
+    if latest is None:
         return {"attempt": None, "data": "", "offset": 0, "ended": job.state.terminal}
-    n = int(request.get("attempt") or attempts[-1].n)
-    attempt = next((a for a in attempts if a.n == n), None)
+    n = int(request.get("attempt") or latest.n)
+    attempt = engine.store.attempt(job.name, n)
     if attempt is None:
         from rsup.supervisor.engine import EngineError
 
-        raise EngineError(f"job {job.name} has no attempt {n} (it has 1..{attempts[-1].n})")
+        raise EngineError(f"job {job.name} has no attempt {n} (it has 1..{latest.n})")
     path = Path(attempt.dir) / C.OUTPUT_LOG
     size = path.stat().st_size if path.exists() else 0
     offset = request.get("offset")
@@ -76,7 +80,7 @@ def log_chunk(engine: Engine, job: Job, request: dict[str, Any]) -> dict[str, An
         "data": data.decode("utf-8", "replace"),
         "offset": offset + len(data),
         "ended": ended and offset + len(data) >= size,
-        "last_attempt": attempts[-1].n,
+        "last_attempt": latest.n,
         "job_state": job.state.value,
     }
 
