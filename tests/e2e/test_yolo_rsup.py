@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from rsup.supervisor.store import Store
 from rsup.workers import demodata
 
 from tests.conftest import Rsupd, wait_for
@@ -73,11 +73,11 @@ def epochs_in(results: Path) -> list[int]:
 
 
 def events_of(state: Path, name: str) -> list[dict[str, Any]]:
-    import sqlite3
-
-    db = sqlite3.connect(state / "state.db")
-    rows = db.execute("SELECT attempt, event, fields FROM events WHERE job=? ORDER BY id", (name,))
-    return [{"attempt": a, "event": e, **json.loads(f)} for a, e, f in rows]
+    store = Store(state / "state.db")
+    try:
+        return store.events(name)
+    finally:
+        store.close()
 
 
 def test_sigkill_mid_epoch_resumes_and_completes_every_epoch_once(
