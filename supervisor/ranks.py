@@ -285,8 +285,13 @@ class RankTracker:
 
     def _offers(self) -> list[tuple[_Who, tuple[Any, ...]]]:
         """(who, order) for every piece of evidence of a failed rank; lower order is better."""
+        # torchrun's "Root Cause" first, then the other ranks its report lists: when the
+        # SIGKILLed rank and its peer's complaint land in one monitor interval, torchrun may
+        # call the peer the root cause; the victim rule below then prefers the killed one.
         offers: list[tuple[_Who, tuple[Any, ...]]] = [
-            (_Who(ex.rank, ex.local_rank), (0,)) for ex in self.exits if ex.root
+            (_Who(ex.rank, ex.local_rank), (0, 0 if ex.root else 1))
+            for ex in self.exits
+            if ex.root or ex.exitcode not in (None, 0)
         ]
         if self.agent_failed is not None:
             offers.append((self._who_local(self.agent_failed.local_rank), (1,)))
