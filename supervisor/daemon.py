@@ -18,6 +18,7 @@ from rsup.supervisor.api import Api
 from rsup.supervisor.configdir import config_file
 from rsup.supervisor.engine import Engine
 from rsup.supervisor.journal import JournalBridge, JournalSender, under_systemd
+from rsup.supervisor.memreport import MemoryReport
 from rsup.supervisor.notify import Notifier, SystemdLink, job_environment
 from rsup.supervisor.paths import Layout, default_socket, default_state_dir
 from rsup.supervisor.store import StateError
@@ -167,6 +168,7 @@ class Daemon:
         self.config_path = config_path
         self.config = config or Config()
         self.signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
+        self.memory: MemoryReport | None = None
 
     async def run(self) -> int:
         engine = Engine(self.layout, base_env=job_environment())
@@ -179,7 +181,7 @@ class Daemon:
         engine.store.listeners.append(journal.on_event)
         engine.output_listeners.append(journal.on_output)
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2):
             loop.add_signal_handler(sig, self.signals.put_nowait, sig)
         exporter = metrics.Exporter()
         try:
@@ -188,6 +190,7 @@ class Daemon:
             exporter = await self._metrics(engine)
             link.start()
             link.ready()  # only now: the socket accepts and every stored job is picked up
+            self.memory = MemoryReport(self.layout.root / "memory-report.txt")
             log.info("rsupd ready", socket=str(self.socket_path), state_dir=str(self.layout.root),
                      pid=os.getpid(), journal_events=journal.events,
                      journal_output=journal.output)  # fmt: skip
@@ -218,11 +221,23 @@ class Daemon:
             if sig == signal.SIGHUP:
                 self.handle_hup(link, journal)
                 continue
+            if sig == signal.SIGUSR2:
+                self.report_memory()
+                continue
             link.stopping()
             sender = journal.sender
             log.info("rsupd stopping; jobs keep running under their shims", signal=sig.name,
                      journal_sent=sender.sent, journal_dropped=sender.dropped)  # fmt: skip
             return C.EXIT_OK
+
+    def report_memory(self) -> None:
+        """SIGUSR2: write what grew in memory since ready (see memreport)."""
+        if self.memory is None:  # a signal before ready waits in the queue; never here
+            return
+        try:
+            log.info("memory report written", **self.memory.write())
+        except OSError as exc:
+            log.error("memory report not written", error=str(exc))
 
     def handle_hup(self, link: SystemdLink, journal: JournalBridge) -> None:
         """SIGHUP: re-read rsupd.toml; a bad file keeps the running configuration."""

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
 from rsup.workers import constants as C
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
-from watchdog.observers import Observer
 
 CHUNK = 1 << 20
 
@@ -73,46 +68,3 @@ class Follower:
         self.close()
         if self._open():
             self.offset = resume
-
-
-class DirWatch:
-    """inotify on folders, waking callbacks on the daemon's loop (one observer thread)."""
-
-    def __init__(self) -> None:
-        self.observer = Observer()
-        self.observer.daemon = True
-        self.lock = threading.Lock()
-        self.started = False
-
-    def watch(self, folder: Path, wake: Callable[[], None]) -> Callable[[], None]:
-        """Call `wake` (from the observer thread) whenever something in `folder` changes."""
-        handler = _Wake(wake)
-        with self.lock:
-            if not self.started:
-                self.observer.start()
-                self.started = True
-            watch = self.observer.schedule(handler, str(folder), recursive=False)
-
-        def unwatch() -> None:
-            with contextlib.suppress(KeyError, ValueError):
-                self.observer.unschedule(watch)
-
-        return unwatch
-
-
-class _Wake(FileSystemEventHandler):
-    def __init__(self, wake: Callable[[], None]) -> None:
-        self.wake = wake
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        self.wake()
-
-
-_watch: DirWatch | None = None
-
-
-def dir_watch() -> DirWatch:
-    global _watch
-    if _watch is None:
-        _watch = DirWatch()
-    return _watch

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rsup.supervisor import ranks
+from rsup.supervisor.proctime import stat_fields
 from rsup.supervisor.profiles import load_profile
 from rsup.workers import constants as C
 
@@ -192,24 +193,15 @@ def start_shim(argv: list[str], env: dict[str, str]) -> int:
     return proc.pid
 
 
-def _stat(pid: int) -> list[bytes] | None:
-    """Fields of /proc/<pid>/stat after the command name (which may hold spaces)."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    return raw[raw.rindex(b")") + 2 :].split()
-
-
 def start_time(pid: int) -> int | None:
     """Field 22 of /proc/<pid>/stat (clock ticks after boot): with the pid, an identity."""
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     return int(fields[19]) if fields else None
 
 
 def alive_as(pid: int | None, started: int | None) -> bool:
     """True when `pid` still names the same process (guards against pid reuse)."""
-    fields = _stat(pid) if pid is not None else None
+    fields = stat_fields(pid) if pid is not None else None
     if not fields or (started is not None and int(fields[19]) != started):
         return False
     return fields[0] != b"Z"

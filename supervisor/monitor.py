@@ -14,8 +14,9 @@ from typing import Any
 import structlog
 from rsup.supervisor import budget, devices, kernlog, launch, ranks
 from rsup.supervisor.classify import Diagnosis, LiveClassifier
-from rsup.supervisor.follow import Follower, dir_watch
+from rsup.supervisor.follow import Follower
 from rsup.supervisor.hang import HangConfig, HangDetector, HangVerdict
+from rsup.supervisor.inotify import dir_watch
 from rsup.supervisor.proctime import tree_cpu
 from rsup.supervisor.procwait import signal_if_same, wait_event
 from rsup.supervisor.slowdown import SlowdownWatch
@@ -24,7 +25,8 @@ from rsup.supervisor.store import Attempt, Store
 from rsup.workers import constants as C
 
 log = structlog.get_logger("rsupd")
-POLL = 0.5  # fallback when inotify says nothing; also the hang check period
+POLL = 0.5  # how often the files are read when inotify cannot be had
+TICK = 1.0  # with inotify: the hang and budget check period (new output wakes us at once)
 PROGRESS_WRITE_EVERY = 1.0  # throttle job.progress writes to the store
 DRILLS_JSON = "drills.json"
 BUDGET_EVERY = 5.0  # seconds between runtime/cost checks
@@ -147,23 +149,20 @@ class AttemptMonitor:
         return next((rank for rank, p in self.ranks.pids().items() if p == pid), None)
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
         wake = asyncio.Event()
-
-        def wake_up() -> None:
-            loop.call_soon_threadsafe(wake.set)
-
-        unwatch = dir_watch().watch(Path(self.attempt.dir), wake_up)
+        unwatch = dir_watch().watch(Path(self.attempt.dir), wake.set)
+        period = POLL if unwatch is None else TICK
         try:
             while True:
                 for _ in self.poll_steps():
                     await asyncio.sleep(0)  # requests get in between slices of a flood
                 self._check_hang()
                 self._check_budget()
-                await wait_event(wake, POLL)
+                await wait_event(wake, period)
                 wake.clear()
         finally:
-            unwatch()
+            if unwatch is not None:
+                unwatch()
 
     def drain(self) -> None:
         """Read what is left once the attempt has ended."""

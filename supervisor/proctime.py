@@ -2,13 +2,13 @@
 
 psutil's children(recursive=True) reads every process on the machine; with many jobs
 checked twice a second that scan was most of rsupd's idle CPU. /proc/<pid>/task/*/children
-names only the tree's own members.
+names only the tree's own members. Files are read with open() on plain strings: this runs
+every second per job, and pathlib would intern every pid it ever saw.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -21,25 +21,35 @@ def _children(pid: int) -> list[int]:
         return kids
     for tid in tasks:
         try:
-            kids += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                kids += [int(c) for c in f.read().split()]
         except (OSError, ValueError):
             continue
     return kids
 
 
-def _cpu_seconds(pid: int) -> float:
+def stat_fields(pid: int) -> list[bytes] | None:
+    """Fields of /proc/<pid>/stat after the command name (which may hold spaces); None when
+    the process is gone. fields[0] is the state (field 3 in proc(5))."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
     except OSError:
+        return None
+    return raw[raw.rindex(b")") + 2 :].split()
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = stat_fields(pid)
+    if fields is None:
         return 0.0
-    fields = raw[raw.rindex(b")") + 2 :].split()
     # utime stime cutime cstime: a child reaped inside the tree hands its time to its parent
     return sum(int(f) for f in fields[11:15]) / TICKS
 
 
 def tree_cpu(root: int) -> float | None:
     """User+system seconds of `root` and every descendant; None when root is gone."""
-    if not Path(f"/proc/{root}").exists():
+    if not os.path.exists(f"/proc/{root}"):
         return None
     total, stack, seen = 0.0, [root], set()
     while stack:

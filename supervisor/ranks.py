@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 
 from rsup.supervisor.classify import Diagnosis, LiveClassifier, classify_exit, diagnose_text
 from rsup.supervisor.hang import HangConfig, HangDetector, HangVerdict
+from rsup.supervisor.proctime import stat_fields
 from rsup.workers import constants as C
 
 LOG_DIR = "torchrun"  # torchrun's --log-dir, under the attempt folder
@@ -476,11 +477,9 @@ def _int(value: Any) -> int | None:
 
 def sample_process(pid: int) -> ProcSample:
     """CPU seconds, state and start time of `pid` from /proc; cpu None when it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
+    fields = stat_fields(pid)
+    if fields is None:
         return ProcSample(None)
-    fields = raw[raw.rindex(b")") + 2 :].split()
     cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
     return ProcSample(cpu, fields[0].decode("ascii", "replace"), int(fields[19]))
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
-from tests.conftest import Rsupd, wait_for, write_spec
+from tests.conftest import Rsupd, running_rsupd, wait_for, write_spec
 
 SLEEP = [sys.executable, "-c", "import time\nwhile True: time.sleep(0.1)"]
 
@@ -110,3 +111,22 @@ def test_budget_reached_during_backoff_is_not_restarted(rsupd: Rsupd, tmp_path: 
     job = rsupd.wait_state("spender", "stopped", timeout=30)
     assert "cost budget reached" in job["reason"] and "not restarted" in job["reason"]
     assert job["attempts"] == 1
+
+
+def test_sigusr2_writes_what_grew_since_ready(tmp_path: Path) -> None:
+    with running_rsupd(tmp_path, {"PYTHONTRACEMALLOC": "4"}) as daemon:
+        spec = write_spec(tmp_path, "talk", [sys.executable, "-c", "print('hello')"])
+        assert daemon.cli("start", str(spec)).returncode == 0
+        daemon.wait_state("talk", "succeeded")
+        report = daemon.state / "memory-report.txt"
+        assert daemon.proc is not None
+        daemon.proc.send_signal(signal.SIGUSR2)
+        wait_for(lambda: "memory report written" in daemon.log.read_text())
+        text = report.read_text()
+        assert daemon.proc.poll() is None  # a report, not a death
+        lines = text.splitlines()
+        assert lines[0].startswith(f"rsupd {daemon.proc.pid}: ")
+        assert lines[1].startswith("rss ") and " MB -> " in lines[1]
+        assert "object types that grew most" in text
+        sites = text.split("allocation sites that grew most")[1]
+        assert '.py", line ' in sites  # tracemalloc named real frames

@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -54,6 +55,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--run-max", type=float, default=2.0, help="longest attempt, s")
     parser.add_argument("--backoff-max", type=float, default=1.0, help="longest backoff, s")
     parser.add_argument("--every", type=float, default=60.0, help="seconds between samples")
+    parser.add_argument("--trace-memory", type=int, default=0, metavar="FRAMES",
+                        help="run rsupd under tracemalloc (PYTHONTRACEMALLOC=FRAMES) so the "
+                        "memory report names allocation sites")  # fmt: skip
     return parser.parse_args()
 
 
@@ -288,16 +292,33 @@ def _figures(row: dict[str, Any]) -> dict[str, Any]:
     return {**{k: row[k] for k in keys}, "attempts_total": sum(row["attempts"].values())}
 
 
+def memory_report(bench: Bench) -> list[str]:
+    """rsupd's own account of what grew since it was ready (SIGUSR2, see memreport)."""
+    path = bench.daemon.state / "memory-report.txt"
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    bench.process().send_signal(signal.SIGUSR2)
+    try:
+        wait_until(path.exists, 60, "rsupd's memory report", 0.1)
+    except RuntimeError as err:
+        return [str(err)]
+    return path.read_text().splitlines()
+
+
 def main() -> int:
     args = parse_args()
     started = time.monotonic()
-    with Bench("rsup-soak-") as bench:
+    bench = Bench("rsup-soak-")
+    if args.trace_memory:
+        bench.daemon.env = {"PYTHONTRACEMALLOC": str(args.trace_memory)}
+    with bench:
         log(f"{args.jobs} flapping jobs for {args.minutes:g} min")
         names = submit_jobs(bench, args)
         warm_up(bench, names)
         run = soak(bench, names, args)
         leftovers = survivors(bench)
         out = report(run, args, leftovers)
+        out["memory_report"] = memory_report(bench)
     out["wall_s"] = round(time.monotonic() - started, 1)
     print(json.dumps(out, indent=2))
     log("goals " + ("met" if out["met"] else "NOT met"))
