@@ -85,8 +85,9 @@ def test_closing_releases_the_descriptor(tmp_path: Path) -> None:
         watch.close()
         assert watch.fd == -1
         assert watch.watch(tmp_path, lambda: None) is None
-        assert not Path(f"/proc/self/fd/{fd}").exists() or Path(
-            f"/proc/self/fd/{fd}"
-        ).readlink().name != "anon_inode:inotify"
+        assert (
+            not Path(f"/proc/self/fd/{fd}").exists()
+            or Path(f"/proc/self/fd/{fd}").readlink().name != "anon_inode:inotify"
+        )
 
     asyncio.run(scenario())
