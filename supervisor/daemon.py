@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from rsup.supervisor import logs, metrics
+from rsup.supervisor import logs, metrics, retention
 from rsup.supervisor.api import Api
 from rsup.supervisor.configdir import config_file
 from rsup.supervisor.engine import Engine
@@ -52,6 +52,7 @@ class Config:
     metrics_allow_remote: bool = False
     metrics_textfile: Path | None = None  # node exporter's textfile collector
     probe_extra_stages: tuple[str, ...] = ()  # stage files every GPU probe runs
+    keep_attempts: int = retention.DEFAULT_KEEP  # per job, besides the first; 0 keeps all
 
     def journal_switches(self) -> tuple[bool, bool]:
         """(events, output) with "auto" resolved: on when running under systemd."""
@@ -92,6 +93,12 @@ def _stage_files(where: str, value: Any) -> tuple[str, ...]:
     return tuple(str(Path(v).resolve()) for v in value)
 
 
+def _count(where: str, value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise ConfigError(f"{where} must be a whole number (0 or more), not {value!r}")
+
+
 def _bool(where: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -111,6 +118,7 @@ SCHEMA: dict[str, dict[str, tuple[str, Callable[[str, Any], Any]]]] = {
     },
     "status": {"debounce": ("status_debounce", _seconds)},
     "probe": {"extra_stages": ("probe_extra_stages", _stage_files)},
+    "retention": {"attempts": ("keep_attempts", _count)},
     "metrics": {
         "listen": ("metrics_listen", _listen),
         "allow_remote": ("metrics_allow_remote", _bool),
@@ -173,6 +181,7 @@ class Daemon:
     async def run(self) -> int:
         engine = Engine(self.layout, base_env=job_environment())
         engine.probe_stages = self.config.probe_extra_stages
+        engine.keep_attempts = self.config.keep_attempts
         api = Api(engine)
         link = SystemdLink(Notifier(), lambda: [j.state for j in engine.store.jobs()],
                            self.config.status_debounce)  # fmt: skip
@@ -194,7 +203,7 @@ class Daemon:
             log.info("rsupd ready", socket=str(self.socket_path), state_dir=str(self.layout.root),
                      pid=os.getpid(), journal_events=journal.events,
                      journal_output=journal.output)  # fmt: skip
-            return await self._serve(link, journal)
+            return await self._serve(engine, link, journal)
         finally:
             await exporter.close()
             await link.close()
@@ -215,11 +224,11 @@ class Daemon:
         engine.listeners.append(exporter.changed)
         return exporter
 
-    async def _serve(self, link: SystemdLink, journal: JournalBridge) -> int:
+    async def _serve(self, engine: Engine, link: SystemdLink, journal: JournalBridge) -> int:
         while True:
             sig = await self.signals.get()
             if sig == signal.SIGHUP:
-                self.handle_hup(link, journal)
+                self.handle_hup(engine, link, journal)
                 continue
             if sig == signal.SIGUSR2:
                 self.report_memory()
@@ -239,7 +248,7 @@ class Daemon:
         except OSError as exc:
             log.error("memory report not written", error=str(exc))
 
-    def handle_hup(self, link: SystemdLink, journal: JournalBridge) -> None:
+    def handle_hup(self, engine: Engine, link: SystemdLink, journal: JournalBridge) -> None:
         """SIGHUP: re-read rsupd.toml; a bad file keeps the running configuration."""
         link.reloading()
         try:
@@ -248,6 +257,7 @@ class Daemon:
             log.error("configuration not reloaded; the previous one stays in force", error=str(exc))
         else:
             journal.events, journal.output = self.config.journal_switches()
+            engine.keep_attempts = self.config.keep_attempts
             link.debounce = self.config.status_debounce
             source = self.config_path or config_file(CONFIG_NAME)
             log.info("configuration reloaded", config=str(source),

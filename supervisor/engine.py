@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from rsup.supervisor import budget, devices, hooks, launch, preflight, probing
+from rsup.supervisor import budget, devices, hooks, launch, preflight, probing, retention
 from rsup.supervisor.attempts import AttemptRunner
 from rsup.supervisor.cgroups import AttemptCgroups
 from rsup.supervisor.paths import Layout
@@ -59,6 +59,7 @@ class Engine:
         self.pool = devices.Pool()
         self.cgroups: AttemptCgroups | None = None  # per-attempt cgroups, where rsupd has some
         self.probe_stages: tuple[str, ...] = ()  # from rsupd.toml [probe] extra_stages
+        self.keep_attempts = retention.DEFAULT_KEEP  # from rsupd.toml [retention] attempts
         self.job_done = asyncio.Event()  # replaced each time a job ends
         self.listeners: list[Callable[[], None]] = []
         # Called with (job, attempt, bytes) for every piece of job output read (journald).
@@ -407,6 +408,7 @@ class Engine:
         runner = self._runner(job)
         next_state, reason, n = await runner.supervise(control)
         self.store.move(job.name, next_state, reason, n)
+        retention.prune(self.store, self.layout, job.name, n, self.keep_attempts)
 
     def _runner(self, job: Job) -> AttemptRunner:
         runner = self.attempts.get(job.name)

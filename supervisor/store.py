@@ -62,6 +62,7 @@ CREATE TABLE IF NOT EXISTS events (
     fields TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_job ON events (job, id);
+CREATE INDEX IF NOT EXISTS events_attempt ON events (job, attempt);
 """
 
 JOB_COLUMNS = [
@@ -284,6 +285,16 @@ class Store:
         for listener in self.listeners:
             listener(record)
         return record
+
+    def prune_events(self, job: str, below: int, kept: tuple[str, ...]) -> None:
+        """Delete the events of attempts 2..below-1 except those of the `kept` kinds."""
+        marks = ",".join("?" * len(kept))
+        with self.tx() as db:
+            db.execute(
+                f"DELETE FROM events WHERE job = ? AND attempt > 1 AND attempt < ? "
+                f"AND event NOT IN ({marks})",
+                (job, below, *kept),
+            )
 
     def events(self, job: str, after_id: int = 0) -> list[dict[str, Any]]:
         rows = self.db.execute(

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rsup.supervisor import budget, launch
+from rsup.supervisor import budget, launch, retention
 from rsup.supervisor.cgroups import isolation_mode
 from rsup.supervisor.store import Attempt, Job
 from rsup.workers import constants as C
@@ -62,6 +62,15 @@ def log_chunk(engine: Engine, job: Job, request: dict[str, Any]) -> dict[str, An
         from rsup.supervisor.engine import EngineError
 
         raise EngineError(f"job {job.name} has no attempt {n} (it has 1..{latest.n})")
+    if attempt.processed and not Path(attempt.dir).exists():
+        from rsup.supervisor.engine import EngineError
+
+        kept = retention.oldest_kept(latest.n, engine.keep_attempts)
+        raise EngineError(
+            f"attempt {n} of job {job.name} is no longer kept: rsupd keeps the output of the "
+            f"first attempt and of attempts {kept}..{latest.n} ([retention] attempts = "
+            f"{engine.keep_attempts} in rsupd.toml)"
+        )
     path = Path(attempt.dir) / C.OUTPUT_LOG
     size = path.stat().st_size if path.exists() else 0
     offset = request.get("offset")

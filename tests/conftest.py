@@ -49,9 +49,12 @@ def pid_alive(pid: int) -> bool:
 class Rsupd:
     """One real rsupd process with its own state dir and socket."""
 
-    def __init__(self, root: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, root: Path, env: dict[str, str] | None = None, args: list[str] | None = None
+    ) -> None:
         self.root = root
         self.env = env
+        self.args = args or []  # more rsupd options (--config FILE)
         self.state = root / "state"
         self.socket = root / "rsupd.sock"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -68,6 +71,7 @@ class Rsupd:
                     str(self.state),
                     "--socket",
                     str(self.socket),
+                    *self.args,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -135,10 +139,12 @@ def kill_leftovers(state: Path) -> None:
 
 
 @contextlib.contextmanager
-def running_rsupd(root: Path, env: dict[str, str] | None = None) -> Iterator[Rsupd]:
+def running_rsupd(
+    root: Path, env: dict[str, str] | None = None, args: list[str] | None = None
+) -> Iterator[Rsupd]:
     """A started rsupd under `root`; on the way out every job, the daemon and any leftover
     process of its state dir are gone."""
-    daemon = Rsupd(root, env)
+    daemon = Rsupd(root, env, args)
     daemon.start()
     try:
         yield daemon

@@ -130,3 +130,24 @@ def test_sigusr2_writes_what_grew_since_ready(tmp_path: Path) -> None:
         assert "object types that grew most" in text
         sites = text.split("allocation sites that grew most")[1]
         assert '.py", line ' in sites  # tracemalloc named real frames
+
+
+def test_retention_keeps_the_first_and_newest_attempts(tmp_path: Path) -> None:
+    config = tmp_path / "rsupd.toml"
+    config.write_text("[retention]\nattempts = 3\n")
+    with running_rsupd(tmp_path, args=["--config", str(config)]) as daemon:
+        crash = [sys.executable, "-c", "print('attempt output'); raise SystemExit(1)"]
+        spec = write_spec(tmp_path, "loop", crash,
+                          restart={"max_attempts": 8, "backoff": {"initial": 0, "max": 0}})  # fmt: skip
+        assert daemon.cli("start", str(spec)).returncode == 0
+        failed = daemon.wait_state("loop", "failed", timeout=60)
+        assert failed["attempts"] == 8
+        folders = daemon.state / "jobs" / "loop" / "attempts"
+        assert sorted(int(p.name) for p in folders.iterdir()) == [1, 6, 7, 8]
+        kept = {e["attempt"] for e in daemon.events("loop") if e["attempt"] is not None}
+        assert kept == {1, 6, 7, 8}
+        assert "attempt output" in daemon.cli("logs", "loop", "--attempt", "1").stdout
+        gone = daemon.cli("logs", "loop", "--attempt", "3")
+        assert gone.returncode != 0
+        assert "attempt 3 of job loop is no longer kept" in gone.stderr
+        assert "attempts 6..8" in gone.stderr and "[retention] attempts = 3" in gone.stderr
