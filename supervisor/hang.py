@@ -20,6 +20,8 @@ IDLE_CORES = 0.05  # below this CPU use (in cores) over the window, a silent job
 ADAPT_AFTER = 5  # progress intervals seen before the timeout adapts
 ADAPT_FACTOR = 4.0  # adapted timeout = this many times the longest interval seen
 FLOOR_CAP = 60.0  # the adapted timeout never drops below min(configured timeout, this)
+CHECKS_PER_LIMIT = 30  # hang checks within one silence limit
+SAMPLES_PER_WINDOW = 60  # CPU samples kept per averaging window (more checks share one)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,10 @@ class HangDetector:
             return max(self.config.floor, self.config.adapted)
         return self.config.timeout
 
+    def check_every(self, least: float, most: float) -> float:
+        """How often a check is worth making: a thirtieth of the limit in force, bounded."""
+        return min(most, max(least, self._limits()[0] / CHECKS_PER_LIMIT))
+
     def progress(self, now: float) -> None:
         """The job made progress (a heartbeat, an epoch line, new output) at `now`."""
         if self.last_progress is not None:
@@ -111,8 +117,10 @@ class HangDetector:
         """Mean cores the tree used over the last `window` seconds (0 when unknown)."""
         if cpu_seconds is None:
             return 0.0
-        self.samples.append((now, self._accumulate(cpu_seconds)))
-        horizon = window * self.config.hard_factor
+        total = self._accumulate(cpu_seconds)
+        if not self.samples or now - self.samples[-1][0] >= window / SAMPLES_PER_WINDOW:
+            self.samples.append((now, total))
+        horizon = 2 * window  # the mean is over one window; a second one for slack
         while len(self.samples) > 2 and self.samples[1][0] <= now - horizon:
             self.samples.popleft()
         start = self.samples[0]
@@ -121,7 +129,7 @@ class HangDetector:
                 break
             start = sample
         elapsed = now - start[0]
-        return (self.samples[-1][1] - start[1]) / elapsed if elapsed > 0 else 0.0
+        return (total - start[1]) / elapsed if elapsed > 0 else 0.0
 
     def _accumulate(self, raw: float) -> float:
         # The tree's sum drops when a process leaves it (its CPU time goes with it); only

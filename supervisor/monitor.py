@@ -26,7 +26,9 @@ from rsup.workers import constants as C
 
 log = structlog.get_logger("rsupd")
 POLL = 0.5  # how often the files are read when inotify cannot be had
-TICK = 1.0  # with inotify: the hang and budget check period (new output wakes us at once)
+# With inotify, new output wakes the monitor at once; otherwise it wakes for the hang check,
+# at a thirtieth of the silence limit in force, kept within these bounds.
+TICK_MIN, TICK_MAX = 1.0, 5.0
 PROGRESS_WRITE_EVERY = 1.0  # throttle job.progress writes to the store
 DRILLS_JSON = "drills.json"
 BUDGET_EVERY = 5.0  # seconds between runtime/cost checks
@@ -63,6 +65,7 @@ class AttemptMonitor:
         self.limit_reason: str | None = None
         self.limit_pending: str | None = None  # reached, waiting for a checkpoint that is due
         self.next_budget_check = 0.0
+        self.next_hang_check = 0.0
         self.hang_verdict: HangVerdict | None = None
         self.advanced = False
         self.completed = False
@@ -151,14 +154,14 @@ class AttemptMonitor:
     async def run(self) -> None:
         wake = asyncio.Event()
         unwatch = dir_watch().watch(Path(self.attempt.dir), wake.set)
-        period = POLL if unwatch is None else TICK
         try:
             while True:
                 for _ in self.poll_steps():
                     await asyncio.sleep(0)  # requests get in between slices of a flood
-                self._check_hang()
+                period = self.detector.check_every(TICK_MIN, TICK_MAX)
+                self._check_hang(period)
                 self._check_budget()
-                await wait_event(wake, period)
+                await wait_event(wake, POLL if unwatch is None else period)
                 wake.clear()
         finally:
             if unwatch is not None:
@@ -299,10 +302,12 @@ class AttemptMonitor:
             self.last_progress_write, self.progress_unsaved = now, False
             self.store.update_job(self.job, progress=self.progress)
 
-    def _check_hang(self) -> None:
-        if self.hung.is_set():
-            return
+    def _check_hang(self, period: float) -> None:
+        """At most once a `period`: a job printing fast wakes the monitor far more often."""
         now = time.monotonic()
+        if self.hung.is_set() or now < self.next_hang_check:
+            return
+        self.next_hang_check = now + period
         # A rank silent while its own process idles is hung even when its peers spin in
         # a collective (NCCL) and keep the tree busy.
         rank = self.ranks.check_hang(now, ranks.sample_process) if self.ranks else None

@@ -232,3 +232,24 @@ def test_carried_over_timeout_does_not_replace_the_startup_timeout() -> None:
     assert detector.check(999, 0.0) is None
     verdict = detector.check(1000, 0.0)
     assert verdict is not None and verdict.limit == 1000
+
+
+def test_checks_come_at_a_thirtieth_of_the_limit_in_force_within_bounds() -> None:
+    slow = HangDetector(HangConfig(timeout=1800, startup_timeout=90), 0.0)
+    assert slow.check_every(1.0, 5.0) == 3.0  # startup: 90 s / 30
+    slow.progress(10.0)
+    assert slow.check_every(1.0, 5.0) == 5.0  # 1800 s / 30 = 60, capped
+    quick = HangDetector(HangConfig(timeout=2, startup_timeout=2), 0.0)
+    assert quick.check_every(1.0, 5.0) == 1.0  # a tight limit is still checked each second
+
+
+def test_cpu_samples_stay_bounded_on_a_long_busy_silence() -> None:
+    # Five hours of checks every half second, a busy tree, no progress: the averaging keeps
+    # a bounded number of samples (what a job running for days would otherwise accumulate).
+    clock = Clock(HangConfig(timeout=600, startup_timeout=600), cores=1.0)
+    assert clock.run_until(5 * 3600) is not None  # busy: caught at the hard limit
+    clock = Clock(HangConfig(timeout=600, startup_timeout=600, hard_factor=100), cores=1.0)
+    assert clock.run_until(5 * 3600) is None
+    assert len(clock.detector.samples) <= 2 * 60 + 2
+    cores = clock.detector._cores(clock.now + STEP, clock.cpu + STEP, 600)
+    assert cores == pytest.approx(1.0, rel=0.02)
