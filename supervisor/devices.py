@@ -34,12 +34,14 @@ def visible_gpus(env: dict[str, str] | None = None) -> list[str]:
 
 
 def gpu_ids(env: dict[str, str] | None = None) -> dict[str, str]:
-    """Stable id (lower case) -> current index. NVIDIA UUIDs through NVML; {} elsewhere."""
+    """Stable id (lower case) -> current index: NVIDIA UUIDs through NVML, AMD ones from the
+    kernel's KFD topology; {} where neither is to be had."""
     env = dict(os.environ if env is None else env)
     if env.get(FAKE_IDS_ENV) is not None:
         pairs = (p.split("=", 1) for p in env[FAKE_IDS_ENV].split(",") if "=" in p)
         return {uuid.strip().lower(): index.strip() for index, uuid in pairs}
-    return {g["uuid"].lower(): g["index"] for g in _nvml() if g.get("uuid")}
+    gpus = _nvml() or kfd_gpus()
+    return {g["uuid"].lower(): g["index"] for g in gpus if g.get("uuid")}
 
 
 def resolve(device: str, env: dict[str, str] | None = None) -> str | None:
@@ -51,14 +53,42 @@ def resolve(device: str, env: dict[str, str] | None = None) -> str | None:
 
 
 def _amd_gpu_count() -> int:
-    count = 0
-    for node in sorted(KFD_NODES.glob("*")) if KFD_NODES.is_dir() else []:
+    return len(kfd_gpus())
+
+
+def kfd_gpus(nodes: Path | None = None) -> list[dict[str, str]]:
+    """AMD GPUs in the kernel's KFD topology, in ROCm's device order: their index and, where
+    the card reports a unique_id, the stable id ROCm gives it (GPU-<16 hex digits>), which
+    ROCR_VISIBLE_DEVICES also accepts. Nodes whose gpu_id is 0 are CPUs."""
+    nodes = nodes or KFD_NODES
+    try:
+        entries = [p for p in nodes.iterdir() if p.name.isdigit()]
+    except OSError:
+        return []
+    gpus: list[dict[str, str]] = []
+    for node in sorted(entries, key=lambda p: int(p.name)):  # 10 after 9, not after 1
         try:
-            if int((node / "gpu_id").read_text().strip() or 0) != 0:
-                count += 1  # node 0 with gpu_id 0 is the CPU
+            if int((node / "gpu_id").read_text().strip() or 0) == 0:
+                continue
         except (OSError, ValueError):
             continue
-    return count
+        gpu = {"index": str(len(gpus))}
+        unique = _kfd_property(node, "unique_id")
+        if unique:
+            gpu["uuid"] = f"GPU-{unique:016x}"
+        gpus.append(gpu)
+    return gpus
+
+
+def _kfd_property(node: Path, key: str) -> int:
+    try:
+        for line in (node / "properties").read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value.strip())
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def is_gpu(device: str | None) -> bool:

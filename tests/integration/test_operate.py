@@ -137,8 +137,8 @@ def test_retention_keeps_the_first_and_newest_attempts(tmp_path: Path) -> None:
     config.write_text("[retention]\nattempts = 3\n")
     with running_rsupd(tmp_path, args=["--config", str(config)]) as daemon:
         crash = [sys.executable, "-c", "print('attempt output'); raise SystemExit(1)"]
-        spec = write_spec(tmp_path, "loop", crash,
-                          restart={"max_attempts": 8, "backoff": {"initial": 0, "max": 0}})  # fmt: skip
+        restart = {"max_attempts": 8, "backoff": {"initial": 0, "max": 0}}
+        spec = write_spec(tmp_path, "loop", crash, restart=restart)
         assert daemon.cli("start", str(spec)).returncode == 0
         failed = daemon.wait_state("loop", "failed", timeout=60)
         assert failed["attempts"] == 8
