@@ -17,11 +17,9 @@ Standard library only, Python 3.9+.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import enum
 import fcntl
-import json
 import math
 import os
 import resource
@@ -31,21 +29,28 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass
-from types import FrameType
-from typing import Any, NoReturn
+from typing import Any
 
 from rsup.workers import proctree
-from rsup.workers.boundedlog import MIN_MAX_BYTES, BoundedLog, Rotation
+from rsup.workers.boundedlog import BoundedLog, Rotation
 from rsup.workers.constants import (
     EXIT_JSON,
     OUTPUT_LOG,
     ROTATION_JSON,
-    SHIM_EXIT_BAD_ARGS,
     SHIM_EXIT_OK,
     SHIM_EXIT_SPAWN_FAILED,
     SHIM_JSON,
 )
+from rsup.workers.shimargs import Options, parse_args
+from rsup.workers.shimrecords import (
+    exit_record,
+    read_json,
+    reserve,
+    rusage_fields,
+    shim_record,
+    write_json_atomic,
+)
+from rsup.workers.shimsignals import SignalQueue, signal_name
 
 READ_CHUNK = 1024 * 1024
 PIPE_SIZE = 1024 * 1024  # a bigger pipe lets a chatty job run on while we write
@@ -57,159 +62,6 @@ DRAIN_TIMEOUT = 2.0  # a writer outside the tree could hold the pipe open for ev
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # named only from Python 3.10
 EXIT_NOT_FOUND = 127  # shell conventions for a command that cannot start
 EXIT_CANNOT_EXECUTE = 126
-EXIT_RESERVE = 16 * 1024  # bytes of exit.json set aside at the start, for a full disk
-
-
-@dataclass(frozen=True)
-class Options:
-    attempt_dir: str
-    grace: float
-    stop_signal: int
-    max_log_bytes: int
-    cwd: str
-    user: int | str | None
-    group: int | str | None
-    groups: list[int | str] | None
-    argv: list[str]
-    cgroup: str | None = None
-
-    def path(self, name: str) -> str:
-        return os.path.join(self.attempt_dir, name)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(SHIM_EXIT_BAD_ARGS, f"{self.prog}: error: {message}\n")
-
-
-def _signal_number(text: str) -> int:
-    name = text.strip().upper()
-    if name.isdigit():
-        return int(name)
-    try:
-        return int(signal.Signals[name if name.startswith("SIG") else "SIG" + name])
-    except KeyError:
-        raise argparse.ArgumentTypeError(f"unknown signal {text!r}") from None
-
-
-def _id(text: str) -> int | str:
-    return int(text) if text.isdigit() else text
-
-
-def _groups(text: str) -> list[int | str]:
-    return [_id(g.strip()) for g in text.split(",") if g.strip()]
-
-
-def parse_args(args: list[str]) -> Options:
-    """Parse the command line; exits SHIM_EXIT_BAD_ARGS on a mistake."""
-    parser = _Parser(prog="python -m rsup.workers.shim")
-    parser.add_argument("--attempt-dir", required=True)
-    parser.add_argument("--grace", type=float, default=30.0)
-    parser.add_argument("--stop-signal", type=_signal_number, default=int(signal.SIGTERM))
-    parser.add_argument("--max-log-bytes", type=int, default=256 * 1024 * 1024)
-    parser.add_argument("--cwd", default=".")
-    parser.add_argument("--user", type=_id)
-    parser.add_argument("--group", type=_id)
-    parser.add_argument("--groups", type=_groups)
-    parser.add_argument("--cgroup", help="a cgroup v2 folder the shim and its job join")
-    if "--" not in args:
-        parser.error("the job's command must follow '--'")
-    split = args.index("--")
-    ns = parser.parse_args(args[:split])
-    if not args[split + 1 :]:
-        parser.error("empty job command after '--'")
-    if not os.path.isdir(ns.attempt_dir):
-        parser.error(f"--attempt-dir {ns.attempt_dir!r} is not a directory")
-    if ns.grace < 0 or not math.isfinite(ns.grace):
-        parser.error("--grace must be a number of seconds >= 0")
-    if ns.max_log_bytes < MIN_MAX_BYTES:
-        parser.error(f"--max-log-bytes must be at least {MIN_MAX_BYTES}")
-    return Options(
-        os.path.abspath(ns.attempt_dir), ns.grace, ns.stop_signal, ns.max_log_bytes,
-        ns.cwd, ns.user, ns.group, ns.groups, args[split + 1 :], ns.cgroup,
-    )  # fmt: skip
-
-
-def reserve(path: str, size: int = EXIT_RESERVE) -> str | None:
-    """Blocks for a record written at the end, when the disk may be full; None if none."""
-    tmp = f"{path}.reserved{os.getpid()}"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, b" " * size)  # JSON may end in blanks: the record overwrites them
-        finally:
-            os.close(fd)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        return None
-    return tmp
-
-
-def write_json_atomic(path: str, record: dict[str, Any], reserved: str | None = None) -> None:
-    """Replace `path` with `record` so a reader sees the old file or the whole new one."""
-    tmp = reserved or f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | (0 if reserved else os.O_TRUNC), 0o644)
-    try:
-        data = (json.dumps(record) + "\n").encode()
-        view, offset = memoryview(data), 0
-        while offset < len(data):  # over the blanks of a reservation: no new block needed
-            offset += os.pwrite(fd, view[offset:], offset)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)  # the rename itself survives a crash
-    finally:
-        os.close(dir_fd)
-
-
-def _read_json(path: str) -> dict[str, Any]:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-class SignalQueue:
-    """Signals as data: handlers only record them, the main loop acts on them."""
-
-    HANDLED = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
-
-    def __init__(self) -> None:
-        self.fd, self._write_fd = os.pipe()
-        os.set_blocking(self.fd, False)
-        os.set_blocking(self._write_fd, False)
-        self._pending: list[int] = []
-        # The wakeup byte ends a blocking poll(); the byte is the signal number.
-        signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
-        for sig in self.HANDLED:
-            signal.signal(sig, self._record)
-
-    def _record(self, signum: int, frame: FrameType | None) -> None:
-        self._pending.append(signum)
-
-    def take(self) -> list[int]:
-        """Signals received since the last call, each once, in order of arrival."""
-        raw = b""
-        while True:
-            try:
-                chunk = os.read(self.fd, 4096)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            raw += chunk
-        # Both sources: the pipe may overflow, and a handler may not have run yet.
-        got, self._pending = self._pending, []
-        return list(dict.fromkeys([*raw, *got]))
 
 
 class Phase(str, enum.Enum):
@@ -229,15 +81,6 @@ MOVES: dict[Phase, frozenset[Phase]] = {
     Phase.DRAINING: frozenset({Phase.DONE}),
     Phase.DONE: frozenset(),
 }
-
-
-def signal_name(sig: int | None) -> str | None:
-    if sig is None:
-        return None
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"SIG{sig}"
 
 
 class Shim:
@@ -460,7 +303,7 @@ class Shim:
             "stop_requested": self.stop_requested,
             "forced": self.forced,
             "killed_descendants": sum(1 for pid, _ in self.signalled if pid != self.job_pid),
-            "rusage": _rusage(self.rusage or resource.getrusage(resource.RUSAGE_CHILDREN)),
+            "rusage": rusage_fields(self.rusage or resource.getrusage(resource.RUSAGE_CHILDREN)),
             "job_pid": self.job_pid,
             "log_dropped_bytes": self.log.dropped,
             "survivors": [p.pid for p in self.survivors],
@@ -473,38 +316,6 @@ class Shim:
             self.log.note(f"rsup:   {line}")
         killed, self.survivors = proctree.kill_all(self.pid, self.job_pid, self._reap, KILL_TIMEOUT)
         self._remember(killed)
-
-
-def _rusage(usage: resource.struct_rusage) -> dict[str, float]:
-    return {"utime": usage.ru_utime, "stime": usage.ru_stime, "maxrss_kb": usage.ru_maxrss}
-
-
-def exit_record(started: float, clock_started: float, **fields: Any) -> dict[str, Any]:
-    """exit.json: every key always present, `fields` filling in what is known."""
-    record: dict[str, Any] = {
-        "exit_code": None, "signal": None, "signal_name": None,
-        "stop_requested": False, "forced": False, "killed_descendants": 0,
-        "started": started, "ended": time.time(),
-        "duration": time.monotonic() - clock_started,
-        "rusage": {"utime": 0.0, "stime": 0.0, "maxrss_kb": 0},
-        "job_pid": None, "spawn_error": None, "log_dropped_bytes": 0, "survivors": [],
-    }  # fmt: skip
-    record.update(fields)
-    return record
-
-
-def shim_record(opts: Options, job_pid: int, started: float) -> dict[str, Any]:
-    """shim.json: who to look for after a daemon restart, with pid-reuse guards."""
-    pid = os.getpid()
-    return {
-        "shim_pid": pid,
-        "shim_start_time": proctree.start_time(pid),
-        "job_pid": job_pid,
-        "job_start_time": proctree.start_time(job_pid),
-        "started": started,
-        "argv": opts.argv,
-        "cwd": os.path.abspath(opts.cwd),
-    }
 
 
 def join_cgroup(opts: Options) -> str | None:
@@ -538,7 +349,7 @@ def spawn(opts: Options) -> subprocess.Popen[bytes]:
 def open_log(opts: Options) -> BoundedLog:
     """output.log, continuing the rotation count of an earlier shim on the same attempt."""
     rotation_path = opts.path(ROTATION_JSON)
-    prior = _read_json(rotation_path)
+    prior = read_json(rotation_path)
 
     def on_rotate(rotation: Rotation) -> None:
         write_json_atomic(rotation_path, rotation.as_json())
