@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("events", help="what rsup saw and decided, oldest first")
     p.add_argument("name")
     p.add_argument("--json", action="store_true")
-    p = sub.add_parser("remove", help="forget a finished job")
+    forget = "forget a finished job: history, attempt logs, checkpoint copies (not its run folder)"
+    p = sub.add_parser("remove", help=forget)
     p.add_argument("name")
     p = sub.add_parser("inject", help="fault drill: the real fault, to rehearse recovery")
     p.add_argument("name")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import sqlite3
 import time
@@ -146,6 +147,11 @@ class Engine:
         if not job.state.terminal:
             raise EngineError(f"job {name} is {job.state.value}; stop it before removing it")
         self.store.delete_job(name)
+        # Its folder too: attempt logs and the last-good checkpoint copies, which a new job
+        # of the same name must never resume from. The training's own folder stays.
+        shutil.rmtree(self.layout.job_dir(name), ignore_errors=True)
+        for table in (self.tasks, self.controls, self.attempts):
+            table.pop(name, None)
 
     def inject(self, name: str, kind: str, at_epoch: int | None) -> dict[str, Any]:
         """A fault drill: the real fault (SIGKILL, SIGSTOP, a real allocation failure)."""

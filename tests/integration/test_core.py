@@ -167,6 +167,11 @@ def test_remove_and_start_again_by_name(rsupd: Rsupd, tmp_path: Path) -> None:
     assert rsupd.cli("start", "again").returncode == 0
     job = rsupd.wait_state("again", "succeeded")
     assert job["attempts"] == 2
+    folder = rsupd.state / "jobs" / "again"
+    assert (folder / "attempts" / "2" / "output.log").read_text() == "hi\n"
     assert rsupd.cli("remove", "again").returncode == 0
     missing = rsupd.cli("status", "again")
     assert missing.returncode == 1 and "no job named again" in missing.stderr
+    assert not folder.exists()  # its logs and checkpoint copies went with it
+    assert rsupd.cli("start", str(spec)).returncode == 0  # the name is free: a new job
+    assert rsupd.wait_state("again", "succeeded")["attempts"] == 1
