@@ -100,16 +100,13 @@ class AttemptRunner:
         return attempt
 
     def _attempt_env(self, n: int, adir: Path, device: str | None) -> dict[str, str]:
-        pythonpath = os.pathsep.join(
-            p for p in (str(self.layout.pylib), os.environ.get("PYTHONPATH")) if p
-        )
         env = {
             C.ENV_JOB: self.job,
             C.ENV_ATTEMPT: str(n),
             C.ENV_ATTEMPT_DIR: str(adir),
             C.ENV_EVENTS_FILE: str(adir / C.EVENTS_JSONL),
             C.ENV_DEVICE: device or "cpu",
-            "PYTHONPATH": pythonpath,
+            "PYTHONPATH": str(self.layout.pylib),  # put in front of the job's own
         }
         if device != "cpu":  # kernels compiled once are reused by every later attempt
             env.update(miopen_cache_env(self.layout.root))

@@ -131,7 +131,8 @@ def torchrun_env(spec: dict[str, Any]) -> dict[str, str]:
 def job_env(
     base: dict[str, str], spec: dict[str, Any], extra: dict[str, str], who: RunAs | None
 ) -> dict[str, str]:
-    """Daemon env, the env profile, the job's env, then what rsup sets for this attempt."""
+    """Daemon env, the env profile, the job's env, then what rsup sets for this attempt.
+    A PYTHONPATH in `extra` (rsup.workers' folder) goes in front of the job's, not over it."""
     env = dict(base)
     if who is not None:
         env.update(HOME=who.home, USER=who.user, LOGNAME=who.user)
@@ -141,7 +142,11 @@ def job_env(
     if spec.get("env_profile"):
         env.update(load_profile(str(spec["env_profile"])))
     env.update({k: str(v) for k, v in (spec.get("env") or {}).items()})
+    extra = dict(extra)
+    first = extra.pop("PYTHONPATH", None)
     env.update(extra)
+    if first:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (first, env.get("PYTHONPATH")) if p)
     return env
 
 
