@@ -150,7 +150,7 @@ class Api:
 
     async def remove(self, request: dict[str, Any], uid: int) -> Any:
         job = self._own(request, uid)
-        self.engine.remove(job.name)
+        await self.engine.remove(job.name)
         return {"removed": job.name}
 
     async def inject(self, request: dict[str, Any], uid: int) -> Any:

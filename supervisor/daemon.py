@@ -245,8 +245,8 @@ class Daemon:
             return
         try:
             log.info("memory report written", **self.memory.write())
-        except OSError as exc:
-            log.error("memory report not written", error=str(exc))
+        except Exception as exc:  # a diagnostic must never take the daemon down
+            log.error("memory report not written", error=repr(exc))
 
     def handle_hup(self, engine: Engine, link: SystemdLink, journal: JournalBridge) -> None:
         """SIGHUP: re-read rsupd.toml; a bad file keeps the running configuration."""

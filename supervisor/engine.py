@@ -71,6 +71,8 @@ class Engine:
     async def recover(self) -> None:
         """Pick every unfinished job up again (re-adopting running attempts)."""
         self.layout.ensure_pylib()
+        for grave in self.layout.removed_dirs():  # removals cut short by a crash
+            await asyncio.to_thread(shutil.rmtree, grave, True)
         self.cgroups = AttemptCgroups.find(self.base_env)
         for job in self.store.jobs():
             if not job.state.terminal:
@@ -142,16 +144,30 @@ class Engine:
         control.stop.set()
         return job
 
-    def remove(self, name: str) -> None:
+    async def remove(self, name: str) -> None:
+        """Forget a finished job: its rows and its folder (attempt logs and the last-good
+        checkpoint copies, which a new job of the same name must never resume from)."""
         job = self.get(name)
         if not job.state.terminal:
             raise EngineError(f"job {name} is {job.state.value}; stop it before removing it")
+        task = self.tasks.get(name)
+        if task is not None and not task.done():
+            raise EngineError(f"job {name} is {job.state.value} but its completion hooks are "
+                              "still running; remove it once they are done (rsup events "
+                              f"{name} shows hook_ran)")  # fmt: skip
+        # The folder is set aside first: if that fails nothing is forgotten, and if rsupd
+        # dies after it, recover() finishes the removal.
+        folder, grave = self.layout.job_dir(name), self.layout.removed_dir(name)
+        try:
+            if folder.exists():
+                folder.rename(grave)
+        except OSError as exc:
+            raise EngineError(f"cannot remove job {name}: {folder}: {exc.strerror}; "
+                              "nothing was removed") from None  # fmt: skip
         self.store.delete_job(name)
-        # Its folder too: attempt logs and the last-good checkpoint copies, which a new job
-        # of the same name must never resume from. The training's own folder stays.
-        shutil.rmtree(self.layout.job_dir(name), ignore_errors=True)
         for table in (self.tasks, self.controls, self.attempts):
             table.pop(name, None)
+        await asyncio.to_thread(shutil.rmtree, grave, True)
 
     def inject(self, name: str, kind: str, at_epoch: int | None) -> dict[str, Any]:
         """A fault drill: the real fault (SIGKILL, SIGSTOP, a real allocation failure)."""
@@ -414,7 +430,7 @@ class Engine:
         runner = self._runner(job)
         next_state, reason, n = await runner.supervise(control)
         self.store.move(job.name, next_state, reason, n)
-        retention.prune(self.store, self.layout, job.name, n, self.keep_attempts)
+        await retention.prune(self.store, self.layout, job.name, n, self.keep_attempts)
 
     def _runner(self, job: Job) -> AttemptRunner:
         runner = self.attempts.get(job.name)

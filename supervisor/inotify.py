@@ -19,6 +19,10 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 
+import structlog
+
+log = structlog.get_logger("rsupd")
+
 IN_MODIFY = 0x002
 IN_ATTRIB = 0x004
 IN_CLOSE_WRITE = 0x008
@@ -59,31 +63,33 @@ class DirWatch:
         self.libc = _libc()
         self.fd = -1
         self.wakes: dict[int, list[Wake]] = {}  # wd -> callbacks (one folder, many followers)
+        self.warned = False
         if self.libc is not None:
             self.fd = self.libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if self.fd >= 0:
             loop.add_reader(self.fd, self._drain)
+        else:
+            error = os.strerror(ctypes.get_errno()) if self.libc else "no inotify in libc"
+            self._warn("inotify unavailable; attempt files are polled", error=error)
 
-    def watch(self, folder: Path, wake: Wake) -> Callable[[], None] | None:
+    def watch(self, folder: Path, wake: Wake) -> Watch | None:
         """Call `wake` whenever something in `folder` changes; None when inotify is not to
-        be had (the caller polls). The returned function ends the watch."""
+        be had (the caller polls)."""
         if self.fd < 0 or self.libc is None:
             return None
         wd = self.libc.inotify_add_watch(self.fd, os.fsencode(folder), MASK)
-        if wd < 0:
-            return None  # ENOSPC (max_user_watches), ENOENT, EACCES: poll instead
+        if wd < 0:  # ENOSPC (max_user_watches), ENOENT, EACCES: the caller polls instead
+            self._warn("cannot watch a folder; polling it instead", folder=str(folder),
+                       error=os.strerror(ctypes.get_errno()))  # fmt: skip
+            return None
         wakes = self.wakes.setdefault(wd, [])  # the same folder twice gives the same wd
         wakes.append(wake)
+        return Watch(self, wd, wakes, wake)
 
-        def unwatch() -> None:
-            with contextlib.suppress(ValueError):
-                wakes.remove(wake)
-            if not wakes and self.wakes.get(wd) is wakes:
-                del self.wakes[wd]
-                if self.libc is not None and self.fd >= 0:
-                    self.libc.inotify_rm_watch(self.fd, wd)  # EINVAL if already gone: fine
-
-        return unwatch
+    def _warn(self, message: str, **fields: str) -> None:
+        if not self.warned:  # once: a full watch table would otherwise log every attempt
+            self.warned = True
+            log.warning(message, **fields)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -120,6 +126,27 @@ class DirWatch:
         for wakes in woken.values():
             for wake in wakes:
                 wake()
+
+
+class Watch:
+    """One follower's watch on a folder."""
+
+    def __init__(self, owner: DirWatch, wd: int, wakes: list[Wake], wake: Wake) -> None:
+        self.owner, self.wd, self.wakes, self.wake = owner, wd, wakes, wake
+
+    @property
+    def lost(self) -> bool:
+        """The kernel dropped the watch (the folder was removed or unmounted)."""
+        return self.owner.wakes.get(self.wd) is not self.wakes
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.wakes.remove(self.wake)
+        owner = self.owner
+        if not self.wakes and owner.wakes.get(self.wd) is self.wakes:
+            del owner.wakes[self.wd]
+            if owner.libc is not None and owner.fd >= 0:
+                owner.libc.inotify_rm_watch(owner.fd, self.wd)  # EINVAL if already gone: fine
 
 
 _watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, DirWatch] = (

@@ -161,6 +161,7 @@ def shim_argv(
     limits = spec.get("limits") or {}
     cmd = [
         sys.executable,
+        "-I",  # the job's PYTHONPATH (a json.py in its tree...) must not reach the shim
         "-m",
         "rsup.workers.shim",
         "--attempt-dir",

@@ -64,7 +64,7 @@ class MemoryReport:
         else:
             lines += ["", "allocation sites: start rsupd with PYTHONTRACEMALLOC=8 to see them"]
         partial = self.path.with_name(self.path.name + ".partial")
-        partial.write_text("\n".join(lines) + "\n")
+        partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
         partial.replace(self.path)  # a reader never sees half a report
         return {
             "report": str(self.path),

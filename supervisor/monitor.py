@@ -153,7 +153,7 @@ class AttemptMonitor:
 
     async def run(self) -> None:
         wake = asyncio.Event()
-        unwatch = dir_watch().watch(Path(self.attempt.dir), wake.set)
+        watch = dir_watch().watch(Path(self.attempt.dir), wake.set)
         try:
             while True:
                 for _ in self.poll_steps():
@@ -161,11 +161,12 @@ class AttemptMonitor:
                 period = self.detector.check_every(TICK_MIN, TICK_MAX)
                 self._check_hang(period)
                 self._check_budget()
-                await wait_event(wake, POLL if unwatch is None else period)
+                blind = watch is None or watch.lost
+                await wait_event(wake, POLL if blind else period)
                 wake.clear()
         finally:
-            if unwatch is not None:
-                unwatch()
+            if watch is not None:
+                watch.close()
 
     def drain(self) -> None:
         """Read what is left once the attempt has ended."""

@@ -23,8 +23,9 @@ ALWAYS = (JobState.RUNNING, JobState.BACKOFF, JobState.FAILED)
 TRANSIENT = (JobState.QUEUED, JobState.PROBING, JobState.STARTING, JobState.STOPPING)
 
 # Variables systemd gives rsupd alone; its jobs must not inherit them.
+# PYTHONTRACEMALLOC: for rsupd's memory report; a job would crawl under it.
 SYSTEMD_ONLY_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM",
-                    "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")  # fmt: skip
+                    "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "PYTHONTRACEMALLOC")  # fmt: skip
 
 
 def status_line(states: Iterable[JobState]) -> str:
@@ -49,7 +50,7 @@ def watchdog_interval(environ: Mapping[str, str] | None = None) -> float | None:
 
 
 def job_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """rsupd's environment without what systemd meant for rsupd alone (for the jobs)."""
+    """rsupd's environment without what was meant for rsupd alone (for the jobs)."""
     env = os.environ if environ is None else environ
     return {k: v for k, v in env.items() if k not in SYSTEMD_ONLY_ENV}
 

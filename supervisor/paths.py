@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import rsup.workers
@@ -51,6 +52,13 @@ class Layout:
 
     def attempt_dir(self, job: str, n: int) -> Path:
         return self.job_dir(job) / "attempts" / str(n)
+
+    def removed_dir(self, job: str) -> Path:
+        """Where a removed job's folder waits to be deleted (job names never start with '.')."""
+        return self.root / "jobs" / f".removed-{job}-{time.time_ns()}"
+
+    def removed_dirs(self) -> list[Path]:
+        return sorted((self.root / "jobs").glob(".removed-*"))
 
     def ensure_pylib(self) -> Path:
         """A folder any interpreter can put on PYTHONPATH to import rsup.workers.

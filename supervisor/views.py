@@ -62,26 +62,29 @@ def log_chunk(engine: Engine, job: Job, request: dict[str, Any]) -> dict[str, An
         from rsup.supervisor.engine import EngineError
 
         raise EngineError(f"job {job.name} has no attempt {n} (it has 1..{latest.n})")
-    if attempt.processed and not Path(attempt.dir).exists():
+    kept = retention.oldest_kept(latest.n, engine.keep_attempts)
+    if attempt.processed and 1 < n < kept and not Path(attempt.dir).exists():
         from rsup.supervisor.engine import EngineError
 
-        kept = retention.oldest_kept(latest.n, engine.keep_attempts)
         raise EngineError(
             f"attempt {n} of job {job.name} is no longer kept: rsupd keeps the output of the "
             f"first attempt and of attempts {kept}..{latest.n} ([retention] attempts = "
             f"{engine.keep_attempts} in rsupd.toml)"
         )
     path = Path(attempt.dir) / C.OUTPUT_LOG
-    size = path.stat().st_size if path.exists() else 0
     offset = request.get("offset")
-    if offset is None:
-        offset = _tail_offset(path, size, request.get("lines"))
-    offset = min(int(offset), size)
-    data = b""
-    if size > offset:
-        with path.open("rb") as f:
-            f.seek(offset)
-            data = f.read(min(size - offset, MAX_CHUNK))
+    size, data = 0, b""
+    try:  # the folder may go (retention, remove) between any two of these steps
+        size = path.stat().st_size
+        if offset is None:
+            offset = _tail_offset(path, size, request.get("lines"))
+        offset = min(int(offset), size)
+        if size > offset:
+            with path.open("rb") as f:
+                f.seek(offset)
+                data = f.read(min(size - offset, MAX_CHUNK))
+    except FileNotFoundError:
+        offset = min(int(offset or 0), size)
     ended = bool(attempt.processed) or launch.exit_info(Path(attempt.dir)) is not None
     return {
         "attempt": n,

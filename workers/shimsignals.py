@@ -24,6 +24,9 @@ class SignalQueue:
         signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
         for sig in self.HANDLED:
             signal.signal(sig, self._record)
+        # `systemctl kill -s USR2 rsupd` reaches every process of the unit, shims included;
+        # a handler (not SIG_IGN, which the job would inherit) keeps the shim alive.
+        signal.signal(signal.SIGUSR2, _ignore)
 
     def _record(self, signum: int, frame: FrameType | None) -> None:
         self._pending.append(signum)
@@ -42,6 +45,10 @@ class SignalQueue:
         # Both sources: the pipe may overflow, and a handler may not have run yet.
         got, self._pending = self._pending, []
         return list(dict.fromkeys([*raw, *got]))
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    pass
 
 
 def signal_name(sig: int | None) -> str | None:

@@ -27,24 +27,24 @@ def test_a_write_in_the_folder_wakes_every_follower_on_the_loop(tmp_path: Path) 
         where: list[threading.Thread] = []
         watch = dir_watch()
         assert watch is dir_watch()  # one per loop
-        stop_first = watch.watch(tmp_path, first.set)
-        stop_second = watch.watch(tmp_path, lambda: (where.append(threading.current_thread()),
+        first_watch = watch.watch(tmp_path, first.set)
+        second_watch = watch.watch(tmp_path, lambda: (where.append(threading.current_thread()),
                                                      second.set()))  # fmt: skip
-        assert stop_first is not None and stop_second is not None
+        assert first_watch is not None and second_watch is not None
         (tmp_path / "output.log").write_bytes(b"a line\n")
         assert await _woken(first) and await _woken(second)
         assert where[0] is threading.main_thread()  # called on the loop's own thread
         assert threading.active_count() == threads  # and no thread was started for it
 
-        stop_first()  # the other follower of the same folder keeps its watch
+        first_watch.close()  # the other follower of the same folder keeps its watch
         first.clear(), second.clear()
         (tmp_path / "output.log").write_bytes(b"another\n")
         assert await _woken(second)
         assert not first.is_set()
 
-        stop_second()
+        second_watch.close()
         assert watch.wakes == {}  # the kernel watch is removed with its last follower
-        stop_second()  # twice is harmless
+        second_watch.close()  # twice is harmless
 
     asyncio.run(scenario())
 
@@ -56,8 +56,8 @@ def test_a_removed_folder_drops_its_watch(tmp_path: Path) -> None:
     async def scenario() -> None:
         woken = asyncio.Event()
         watch = dir_watch()
-        unwatch = watch.watch(folder, woken.set)
-        assert unwatch is not None
+        lost = watch.watch(folder, woken.set)
+        assert lost is not None and not lost.lost
         shutil.rmtree(folder)
         assert await _woken(woken)
         for _ in range(100):  # IN_IGNORED follows the delete event
@@ -65,7 +65,8 @@ def test_a_removed_folder_drops_its_watch(tmp_path: Path) -> None:
                 break
             await asyncio.sleep(0.01)
         assert watch.wakes == {}
-        unwatch()  # after the kernel dropped it: no error
+        assert lost.lost  # the monitor goes back to polling
+        lost.close()  # after the kernel dropped it: no error
 
     asyncio.run(scenario())
 
