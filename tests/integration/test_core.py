@@ -175,3 +175,27 @@ def test_remove_and_start_again_by_name(rsupd: Rsupd, tmp_path: Path) -> None:
     assert not folder.exists()  # its logs and checkpoint copies went with it
     assert rsupd.cli("start", str(spec)).returncode == 0  # the name is free: a new job
     assert rsupd.wait_state("again", "succeeded")["attempts"] == 1
+
+
+def test_the_jobs_pythonpath_never_reaches_the_shim(rsupd: Rsupd, tmp_path: Path) -> None:
+    # A job tree with its own json.py (or an old enum34) on PYTHONPATH: the job sees it,
+    # the shim, which imports json, must not.
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "json.py").write_text("raise ImportError('the job tree shadowed json')\n")
+    probe = f"import sys; print('on path:', {str(src)!r} in sys.path)"
+    spec = write_spec(tmp_path, "shadow", [sys.executable, "-c", probe],
+                      env={"PYTHONPATH": str(src)})  # fmt: skip
+    assert rsupd.cli("start", str(spec)).returncode == 0
+    job = rsupd.wait_state("shadow", "succeeded", "failed")
+    assert job["state"] == "succeeded"
+    assert "on path: True" in rsupd.cli("logs", "shadow").stdout
+
+
+def test_a_removal_cut_short_is_finished_at_the_next_start(rsupd: Rsupd, tmp_path: Path) -> None:
+    grave = rsupd.state / "jobs" / ".removed-gone-1"
+    (grave / "attempts" / "1").mkdir(parents=True)
+    (grave / "attempts" / "1" / "output.log").write_text("old\n")
+    rsupd.kill(signal.SIGTERM)
+    rsupd.start()
+    wait_for(lambda: not grave.exists(), 10, "the set-aside folder to go")

@@ -151,3 +151,19 @@ def test_retention_keeps_the_first_and_newest_attempts(tmp_path: Path) -> None:
         assert gone.returncode != 0
         assert "attempt 3 of job loop is no longer kept" in gone.stderr
         assert "attempts 6..8" in gone.stderr and "[retention] attempts = 3" in gone.stderr
+
+
+def test_remove_waits_for_the_completion_hooks(rsupd: Rsupd, tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    hook = ["/bin/sh", "-c", f"while [ ! -e {release} ]; do sleep 0.02; done"]
+    spec = write_spec(tmp_path, "hooked", [sys.executable, "-c", "1"], hooks={"on_exit": hook})
+    assert rsupd.cli("start", str(spec)).returncode == 0
+    rsupd.wait_state("hooked", "succeeded")
+    refused = rsupd.cli("remove", "hooked")
+    assert refused.returncode != 0
+    assert "completion hooks are still running" in refused.stderr
+    assert (rsupd.state / "jobs" / "hooked").exists()  # nothing was removed
+    release.write_text("")
+    wait_for(lambda: any(e["event"] == "hook_ran" for e in rsupd.events("hooked")))
+    wait_for(lambda: rsupd.cli("remove", "hooked").returncode == 0)
+    assert not (rsupd.state / "jobs" / "hooked").exists()

@@ -420,3 +420,18 @@ def test_fast_output_is_copied_at_speed(attempt: Callable[..., Attempt]) -> None
     assert log_size == 47 + lines * 64 + 10 and record["log_dropped_bytes"] == 0
     # The shim sustains millions of lines/s; a per-line copy would fall far short of this.
     assert lines / record["duration"] > 200_000, record["duration"]
+
+
+def test_a_stray_sigusr2_leaves_shim_and_job_alone(
+    attempt: Callable[..., Attempt], tmp_path: Path
+) -> None:
+    # `systemctl kill -s USR2 rsupd` without --kill-whom=main reaches the shims too.
+    go = tmp_path / "go"
+    job = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.02)\nprint('done')"
+    run = attempt([PY, "-c", job])
+    wait_for("shim.json", (run.dir / SHIM_JSON).exists, 20)
+    run.proc.send_signal(signal.SIGUSR2)  # pending at once: it would kill before exit.json
+    go.write_text("")
+    record = run.finish()
+    assert record["exit_code"] == 0 and record["signal"] is None
+    assert run.log() == b"done\n"
