@@ -261,7 +261,9 @@ class Store:
 
     def first_started(self, job: str) -> float | None:
         """When the job's first attempt started (what a budget counts from)."""
-        row = self.db.execute("SELECT MIN(started) FROM attempts WHERE job=?", (job,)).fetchone()
+        row = self.db.execute(  # the first by number: the primary key, not a scan
+            "SELECT started FROM attempts WHERE job=? ORDER BY n LIMIT 1", (job,)
+        ).fetchone()
         return None if row is None or row[0] is None else float(row[0])
 
     def attempts(self, job: str) -> list[Attempt]:
