@@ -6,6 +6,9 @@ import signal
 import sys
 from pathlib import Path
 
+from rsup.supervisor.report import report_data
+from rsup.supervisor.store import Store
+
 from tests.conftest import Rsupd, running_rsupd, wait_for, write_spec
 
 SLEEP = [sys.executable, "-c", "import time\nwhile True: time.sleep(0.1)"]
@@ -144,8 +147,19 @@ def test_retention_keeps_the_first_and_newest_attempts(tmp_path: Path) -> None:
         assert failed["attempts"] == 8
         folders = daemon.state / "jobs" / "loop" / "attempts"
         assert sorted(int(p.name) for p in folders.iterdir()) == [1, 6, 7, 8]
-        kept = {e["attempt"] for e in daemon.events("loop") if e["attempt"] is not None}
-        assert kept == {1, 6, 7, 8}
+        events = [e for e in daemon.events("loop") if e["attempt"] is not None]
+        ended = {e["attempt"] for e in events if e["event"] == "attempt_ended"}
+        assert ended == {1, 6, 7, 8}  # bookkeeping of pruned attempts is gone
+        pruned = {e["event"] for e in events if 1 < e["attempt"] < 6}
+        assert pruned == {"attempt_started", "decision"}  # what `rsup report` draws stays
+        assert {e["attempt"] for e in events if e["event"] == "decision"} == set(range(1, 9))
+        store = Store(daemon.state / "state.db")
+        try:
+            drawn = report_data(store, "loop")["attempts"]
+        finally:
+            store.close()
+        assert [a["device"] for a in drawn] == ["cpu"] * 8  # no "?" for a pruned attempt
+        assert all(a["decision"] for a in drawn[:-1])
         assert "attempt output" in daemon.cli("logs", "loop", "--attempt", "1").stdout
         gone = daemon.cli("logs", "loop", "--attempt", "3")
         assert gone.returncode != 0
