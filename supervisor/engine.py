@@ -383,10 +383,11 @@ class Engine:
                 self.store.move(job.name, S.STOPPED, f"{over or 'budget reached'}; not restarted")
                 return
         elif not await wait_event(control.stop, delay):
+            ended = job.attempts or None  # the backoff belongs to the attempt that ended
             if job.overrides.get("reprobe"):
-                self.store.move(job.name, S.PROBING, "backoff over; re-probing the GPU")
+                self.store.move(job.name, S.PROBING, "backoff over; re-probing the GPU", ended)
             else:
-                self.store.move(job.name, S.STARTING, "backoff over")
+                self.store.move(job.name, S.STARTING, "backoff over", ended)
             return
         self.store.move(job.name, S.STOPPED, "stopped during backoff; the restart was cancelled")
 
