@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import sqlite3
 import time
@@ -72,7 +71,7 @@ class Engine:
         """Pick every unfinished job up again (re-adopting running attempts)."""
         self.layout.ensure_pylib()
         for grave in self.layout.removed_dirs():  # removals cut short by a crash
-            await asyncio.to_thread(shutil.rmtree, grave, True)
+            await retention.delete_tree(grave)
         self.cgroups = AttemptCgroups.find(self.base_env)
         for job in self.store.jobs():
             if not job.state.terminal:
@@ -167,7 +166,7 @@ class Engine:
         self.store.delete_job(name)
         for table in (self.tasks, self.controls, self.attempts):
             table.pop(name, None)
-        await asyncio.to_thread(shutil.rmtree, grave, True)
+        await retention.delete_tree(grave)
 
     def inject(self, name: str, kind: str, at_epoch: int | None) -> dict[str, Any]:
         """A fault drill: the real fault (SIGKILL, SIGSTOP, a real allocation failure)."""

@@ -35,28 +35,33 @@ def _rss_mb() -> float:
 
 
 class MemoryReport:
+    """Each report compares with the one before (the first with the start), so two
+    reports taken after a warm-up show growth alone, not what warming up allocated."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.started = time.monotonic()
-        self.rss_mb = _rss_mb()
+        self.started = self.since = time.monotonic()
+        self.rss_start = self.rss_mb = _rss_mb()
         self.types = _types()
         self.snapshot = tracemalloc.take_snapshot() if tracemalloc.is_tracing() else None
 
     def write(self) -> dict[str, float | int | str]:
         """Write the report; return its headline figures for the log."""
         gc.collect()
-        rss, types = _rss_mb(), _types()
+        now, rss, types = time.monotonic(), _rss_mb(), _types()
         grown = sorted(((n - self.types.get(t, 0), t, n) for t, n in types.items()), reverse=True)
         lines = [
-            f"rsupd {os.getpid()}: {time.monotonic() - self.started:.0f} s since ready",
-            f"rss {self.rss_mb:.1f} MB -> {rss:.1f} MB",
+            f"rsupd {os.getpid()}: {now - self.started:.0f} s since ready, "
+            f"{now - self.since:.0f} s since the last report",
+            f"rss {self.rss_mb:.1f} MB -> {rss:.1f} MB (at ready {self.rss_start:.1f} MB)",
             f"objects {sum(self.types.values())} -> {sum(types.values())}",
             "",
             f"object types that grew most (delta, type, now), top {TOP}:",
             *(f"  {d:+8d}  {t}  {n}" for d, t, n in grown[:TOP] if d > 0),
         ]
-        if self.snapshot is not None:
-            stats = tracemalloc.take_snapshot().compare_to(self.snapshot, "traceback")
+        snapshot = tracemalloc.take_snapshot() if self.snapshot is not None else None
+        if snapshot is not None and self.snapshot is not None:
+            stats = snapshot.compare_to(self.snapshot, "traceback")
             lines += ["", f"allocation sites that grew most, top {TOP}:"]
             for stat in stats[:TOP]:
                 lines.append(f"  {stat.size_diff / 1024:+10.1f} KiB  {stat.count_diff:+7d} blocks")
@@ -66,9 +71,11 @@ class MemoryReport:
         partial = self.path.with_name(self.path.name + ".partial")
         partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
         partial.replace(self.path)  # a reader never sees half a report
-        return {
+        headline: dict[str, float | int | str] = {
             "report": str(self.path),
-            "rss_start_mb": round(self.rss_mb, 1),
+            "rss_before_mb": round(self.rss_mb, 1),
             "rss_now_mb": round(rss, 1),
             "objects_grown": sum(types.values()) - sum(self.types.values()),
         }
+        self.since, self.rss_mb, self.types, self.snapshot = now, rss, types, snapshot
+        return headline

@@ -14,12 +14,23 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rsup.supervisor.paths import Layout
 from rsup.supervisor.store import Store
 
 DEFAULT_KEEP = 100
+# Deleting is slow I/O kept off the loop, in one thread of its own (not asyncio's default
+# pool, which would keep up to cpu+4 idle threads after a burst of deletions).
+_deleter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rsupd-delete")
+
+
+async def delete_tree(path: Path) -> None:
+    """rm -rf `path` without stalling the loop (a folder may hold logs of hundreds of MiB)."""
+    await asyncio.get_running_loop().run_in_executor(_deleter, shutil.rmtree, path, True)
+
+
 # What `rsup report` draws for every attempt: its device (attempt_started), the decision
 # after it, the resume point (run_started) and the training curve.
 KEPT_EVENTS = ("attempt_started", "decision", "run_started", "progress", "checkpoint_saved",
@@ -38,18 +49,15 @@ async def prune(store: Store, layout: Layout, job: str, newest: int, keep: int) 
         return 0
     below = oldest_kept(newest, keep)
     store.prune_events(job, below, KEPT_EVENTS)
-    # A folder may hold a log of hundreds of MiB: unlinking it must not stall the loop.
-    return await asyncio.to_thread(_remove_folders, layout.job_dir(job) / "attempts", below)
+    folders = _expired_folders(layout.job_dir(job) / "attempts", below)
+    for folder in folders:
+        await delete_tree(folder)
+    return len(folders)
 
 
-def _remove_folders(attempts: Path, below: int) -> int:
-    removed = 0
+def _expired_folders(attempts: Path, below: int) -> list[Path]:
     try:
         entries = list(os.scandir(attempts))
     except OSError:
-        return 0
-    for entry in entries:
-        if entry.name.isdigit() and 1 < int(entry.name) < below:
-            shutil.rmtree(entry.path, ignore_errors=True)
-            removed += 1
-    return removed
+        return []
+    return [Path(e.path) for e in entries if e.name.isdigit() and 1 < int(e.name) < below]
