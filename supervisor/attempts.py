@@ -182,7 +182,7 @@ class AttemptRunner:
     def _cgroup(self, attempt: Attempt) -> Path | None:
         if self.cgroups is None:
             return None
-        folder = self.cgroups.base / f"{self.job}-{attempt.n}"
+        folder = self.cgroups.folder(self.job, attempt.n)
         return folder if folder.is_dir() else None
 
     async def _shim_ready(self, attempt: Attempt, ended: asyncio.Future[None]) -> None:

@@ -9,6 +9,7 @@ that kills its whole process tree, remains the mechanism.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 CGROUP = "cgroup"
@@ -92,8 +93,11 @@ class AttemptCgroups:
             return None
         return cls(own / "attempts")
 
+    def folder(self, job: str, n: int) -> Path:
+        return self.base / f"{job}-{n}"
+
     def create(self, job: str, n: int, memory_max: int | None) -> Path | None:
-        folder = self.base / f"{job}-{n}"
+        folder = self.folder(job, n)
         try:
             self.base.mkdir(exist_ok=True)
             _enable(self.base, "memory")
@@ -127,8 +131,6 @@ class AttemptCgroups:
     @staticmethod
     def remove(folder: Path) -> None:
         """Remove the folder once it is empty (a kill is asynchronous: retry briefly)."""
-        import time
-
         for _ in range(50):
             try:
                 folder.rmdir()

@@ -240,7 +240,7 @@ class Daemon:
             return C.EXIT_OK
 
     def report_memory(self) -> None:
-        """SIGUSR2: write what grew in memory since ready (see memreport)."""
+        """SIGUSR2: write what grew in memory since the last report (see memreport)."""
         if self.memory is None:  # a signal before ready waits in the queue; never here
             return
         try:

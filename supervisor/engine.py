@@ -264,12 +264,13 @@ class Engine:
             return
         if not await self._dependencies_ready(job, control):
             return
-        if devices.resolve(str(job.spec.get("device", "auto")), self.base_env) is None:
+        wanted = devices.resolve(str(job.spec.get("device", "auto")), self.base_env)
+        if wanted is None:
             known = ", ".join(devices.gpu_ids(self.base_env)) or "none readable"
             reason = f"no GPU here has the id {job.spec['device']} (ids: {known})"
             self.store.move(job.name, S.FAILED, reason)
             return
-        device = job.device or self._pick_device(job)
+        device = job.device or self._pick_device(job, wanted)
         if device is None:
             await self._wait_for_gpu(job, control)
             return
@@ -301,11 +302,9 @@ class Engine:
         await wait_any([self.job_done, control.stop], GPU_WAIT_POLL)
         return False
 
-    def _pick_device(self, job: Job) -> str | None:
-        """A device for the job, holding it; None while every fitting GPU is held."""
-        wanted = devices.resolve(str(job.spec.get("device", "auto")), self.base_env)
-        if wanted is None:
-            return None
+    def _pick_device(self, job: Job, wanted: str) -> str | None:
+        """A device for the job (`wanted`: its spec's, stable ids resolved), holding it;
+        None while every fitting GPU is held."""
         if wanted == "cpu":
             return "cpu"
         if job.spec.get("share_gpu"):

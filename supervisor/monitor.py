@@ -120,8 +120,8 @@ class AttemptMonitor:
     def _drill_target(self) -> tuple[int, int | None] | None:
         """The process a kill/hang drill hits: the job, or for torchrun its highest rank
         (the agent itself is not what fails in the field)."""
-        if self.ranks is not None and self.ranks.pids():
-            rank_pids = self.ranks.pids()
+        rank_pids = self.ranks.pids() if self.ranks is not None else {}
+        if rank_pids:
             pid = rank_pids[max(rank_pids)]
             return pid, launch.start_time(pid)
         return (self.job_pid, self.job_start) if self.job_pid is not None else None

@@ -80,6 +80,19 @@ class Rsupd:
             )
         wait_for(lambda: self.cli("status", "--json").returncode == 0, 15, "rsupd to answer")
 
+    def shutdown(self) -> None:
+        """Stop every job and the daemon; then kill whatever is left of its state dir."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.cli("stop", "--all", "--force", timeout=60)
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(15)
+        kill_leftovers(self.state)
+
     def kill(self, sig: int = signal.SIGKILL) -> None:
         assert self.proc is not None
         self.proc.send_signal(sig)
@@ -125,8 +138,9 @@ def write_spec(folder: Path, name: str, command: list[str], **extra: Any) -> Pat
     return path
 
 
-def kill_leftovers(state: Path) -> None:
-    """Kill any shim or job still alive from this test's state dir (a failed test's debris)."""
+def state_processes(state: Path) -> list[psutil.Process]:
+    """Every process naming `state` in its command line or its RSUP_ATTEMPT_DIR."""
+    found = []
     for proc in psutil.process_iter(["pid", "cmdline", "environ"]):
         try:
             cmdline = " ".join(proc.info["cmdline"] or [])
@@ -134,8 +148,15 @@ def kill_leftovers(state: Path) -> None:
         except (psutil.Error, TypeError):
             continue
         if str(state) in cmdline or str(state) in env.get("RSUP_ATTEMPT_DIR", ""):
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
+            found.append(proc)
+    return found
+
+
+def kill_leftovers(state: Path) -> None:
+    """Kill any shim or job still alive from this test's state dir (a failed test's debris)."""
+    for proc in state_processes(state):
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
 
 
 @contextlib.contextmanager
@@ -149,14 +170,7 @@ def running_rsupd(
     try:
         yield daemon
     finally:
-        if daemon.proc and daemon.proc.poll() is None:
-            daemon.cli("stop", "--all", "--force", timeout=60)
-            daemon.proc.terminate()
-            try:
-                daemon.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                daemon.proc.kill()
-        kill_leftovers(daemon.state)
+        daemon.shutdown()
 
 
 @pytest.fixture

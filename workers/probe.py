@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
-import ctypes
 import faulthandler
 import importlib.util
 import json
@@ -28,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-from rsup.workers import probestages
+from rsup.workers import probestages, proctree
 from rsup.workers.probestages import StageContext, StageSkipped
 
 BUILTIN_STAGES = tuple(probestages.BUILTINS)
@@ -243,8 +241,7 @@ PR_SET_PDEATHSIG = 1
 def die_with_caller() -> None:
     """SIGKILL when the caller dies: a probe hung in a stage would outlive a killed rsupd
     and hold the GPU beside the probe the next rsupd starts."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    proctree.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # best effort: an error changes nothing
 
 
 def main(argv: Sequence[str] | None = None) -> int:

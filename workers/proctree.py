@@ -149,9 +149,14 @@ def kill_all(
 
 def set_child_subreaper() -> str | None:
     """Adopt orphaned descendants (prctl PR_SET_CHILD_SUBREAPER); returns an error or None."""
+    return prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def prctl(option: int, value: int) -> str | None:
+    """prctl(2) with one argument; returns an error or None."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        if libc.prctl(option, value, 0, 0, 0) != 0:
             return os.strerror(ctypes.get_errno())
     except (OSError, AttributeError) as exc:
         return str(exc)

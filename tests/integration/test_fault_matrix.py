@@ -33,7 +33,7 @@ import pytest
 from rsup.supervisor.client import Client
 from rsup.supervisor.spec import load_spec
 
-from tests.conftest import FIXTURES, Rsupd, kill_leftovers, pid_alive, wait_for, write_spec
+from tests.conftest import FIXTURES, Rsupd, pid_alive, wait_for, write_spec
 from tests.integration.test_access import as_user
 
 CRASH = FIXTURES / "fm_crash.py"
@@ -155,19 +155,6 @@ def ping_time(daemon: Rsupd) -> float:
     return time.monotonic() - started
 
 
-def stop_daemon(daemon: Rsupd) -> None:
-    if daemon.proc is not None and daemon.proc.poll() is None:
-        with contextlib.suppress(Exception):
-            Client(daemon.socket, 60).call("stop", all=True, force=True)
-        daemon.proc.terminate()
-        try:
-            daemon.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            daemon.proc.kill()
-            daemon.proc.wait(5)
-    kill_leftovers(daemon.state)
-
-
 # the matrix ---------------------------------------------------------------------------
 
 
@@ -208,7 +195,7 @@ class Ctx:
                 call(daemon, "stop", all=True, force=True)
             kill_all(survivors(daemon, *shared))
         for daemon in self.own:
-            stop_daemon(daemon)
+            daemon.shutdown()
 
 
 @dataclass(frozen=True)
@@ -1016,7 +1003,7 @@ def shared_daemon() -> Iterator[Rsupd]:
     try:
         yield daemon
     finally:
-        stop_daemon(daemon)
+        daemon.shutdown()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -8,10 +8,8 @@ error, never silence (each exchange has a 10 s deadline), and it goes on answeri
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import Rsupd, kill_leftovers, write_spec
+from tests.conftest import Rsupd, write_spec
 
 REPLY_TIMEOUT = 10.0
 OPS = ["ping", "start", "stop", "restart", "status", "events", "logs", "remove", "inject", "report"]
@@ -44,15 +42,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rsupd]:
         rsupd.wait_state("fuzz-done", "succeeded")
         yield rsupd
     finally:
-        if rsupd.proc is not None and rsupd.proc.poll() is None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                rsupd.cli("stop", "--all", "--force", timeout=30)
-            rsupd.proc.terminate()
-            try:
-                rsupd.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                rsupd.proc.kill()
-        kill_leftovers(rsupd.state)
+        rsupd.shutdown()
 
 
 def _quiet(root: Path) -> dict[str, Any]:

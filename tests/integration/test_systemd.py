@@ -25,7 +25,7 @@ import pytest
 from rsup.supervisor import daemon, notify, service
 from rsup.supervisor.states import JobState
 
-from tests.conftest import Rsupd, kill_leftovers, wait_for, write_spec
+from tests.conftest import Rsupd, wait_for, write_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = {
@@ -106,15 +106,8 @@ class ServiceRsupd(Rsupd):
 
     def shutdown(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGCONT)
-            self.cli("stop", "--all", "--force", timeout=60)
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(15)
-        kill_leftovers(self.state)
+            os.kill(self.proc.pid, signal.SIGCONT)  # a test may have stopped its loop
+        super().shutdown()
 
 
 @pytest.fixture

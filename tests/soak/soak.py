@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from benchlib import Bench, log, machine, wait_until
 from rsup.supervisor.client import ClientError
 
+from tests.conftest import state_processes
+
 RSS_GROWTH_GOAL_MB = 5.0
 FDS_TOLERANCE = 2
 SETTLE_SAMPLES = 5  # samples a second apart, of which the median is the figure
@@ -111,19 +113,8 @@ def survivors(bench: Bench) -> list[dict[str, Any]]:
     """rsupd's children (zombies too), and any process naming its state dir, rsupd aside."""
     state = bench.daemon.state
     found = [_describe(child) for child in bench.process().children(recursive=True)]
-    seen = {row["pid"] for row in found}
-    for proc in psutil.process_iter(["pid", "cmdline", "environ"]):
-        try:
-            cmdline = " ".join(proc.info["cmdline"] or [])
-            env = proc.info["environ"] or {}
-        except (psutil.Error, TypeError):
-            continue
-        if "rsup.supervisor.daemon" in cmdline:
-            continue
-        if proc.info["pid"] in seen:
-            continue
-        if str(state) in cmdline or str(state) in env.get("RSUP_ATTEMPT_DIR", ""):
-            found.append(_describe(proc))
+    seen = {row["pid"] for row in found} | {bench.pid}
+    found += [_describe(p) for p in state_processes(state) if p.pid not in seen]
     return found
 
 
