@@ -43,7 +43,7 @@ e2e: $(STAMP)
 	$(BIN)/pytest -q tests/e2e $(PYTEST_ARGS)
 
 demo: $(STAMP)
-	$(BIN)/python -m rsup.supervisor.demo
+	$(BIN)/python -m rsup.supervisor.cli.demo
 
 bench: $(STAMP)
 	@for script in tests/bench/bench_*.py; do $(BIN)/python $$script || exit 1; done

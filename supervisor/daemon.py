@@ -13,15 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from rsup.supervisor import logs, metrics, retention
-from rsup.supervisor.api import Api
-from rsup.supervisor.configdir import config_file
-from rsup.supervisor.engine import Engine
-from rsup.supervisor.journal import JournalBridge, JournalSender, under_systemd
-from rsup.supervisor.memreport import MemoryReport
-from rsup.supervisor.notify import Notifier, SystemdLink, job_environment
-from rsup.supervisor.paths import Layout, default_socket, default_state_dir
-from rsup.supervisor.store import StateError
+from rsup.supervisor.cli import logs
+from rsup.supervisor.effects import retention
+from rsup.supervisor.effects.configdir import config_file
+from rsup.supervisor.effects.engine import Engine
+from rsup.supervisor.effects.paths import Layout, default_socket, default_state_dir
+from rsup.supervisor.effects.store import StateError
+from rsup.supervisor.surfaces import metrics
+from rsup.supervisor.surfaces.api import Api
+from rsup.supervisor.surfaces.journal import JournalBridge, JournalSender, under_systemd
+from rsup.supervisor.surfaces.memreport import MemoryReport
+from rsup.supervisor.surfaces.notify import Notifier, SystemdLink, job_environment
 from rsup.workers import constants as C
 
 if sys.version_info >= (3, 11):

@@ -102,7 +102,7 @@ class Rsupd:
         self, *args: str, user: int | None = None, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "rsup.supervisor.cli", "--socket", str(self.socket), *args],
+            [sys.executable, "-m", "rsup.supervisor.cli.main", "--socket", str(self.socket), *args],
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -14,8 +14,8 @@ import random
 import sys
 import time
 
-from rsup.supervisor.classify import LiveClassifier
-from rsup.supervisor.signatures import load_catalogue
+from rsup.supervisor.recognize.classify import LiveClassifier
+from rsup.supervisor.recognize.signatures import load_catalogue
 
 LINES = 1_000_000
 CHUNK = 64 * 1024

@@ -34,7 +34,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_classify import make_log
 from benchlib import Bench, log, machine, read_float, summary, wait_until
-from rsup.supervisor.classify import LiveClassifier
+from rsup.supervisor.recognize.classify import LiveClassifier
 
 GOAL_P99_MS = 100.0
 GOAL_LINES_PER_S = 200_000

@@ -2,7 +2,7 @@
 
 Prints one JSON object: ``probe_wall_s_cpu`` (the full probe through rsup, as rsupd runs
 it), ``in_process_s`` (the same stages called here, torch imported cold), ``isolated_s``
-(through rsup.supervisor.probe) and ``isolation_overhead_s``: the time outside the stages
+(through rsup.supervisor.probe.run) and ``isolation_overhead_s``: the time outside the stages
 that isolation adds (interpreter start, protocol, kill and reap). It is taken from each
 run's wall time minus its stages' own seconds, because the stages themselves (spawned
 DataLoader workers above all) vary by more than the overhead from run to run.
@@ -29,7 +29,7 @@ def in_process() -> tuple[float, dict[str, float]]:
 
 
 def isolated() -> tuple[float, dict[str, float]]:
-    from rsup.supervisor.probe import run_probe_sync
+    from rsup.supervisor.probe.run import run_probe_sync
 
     started = time.perf_counter()
     report = run_probe_sync("cpu")

@@ -43,7 +43,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import FIXTURES, Bench, log, machine, summary, wait_until
-from rsup.supervisor import launch
+from rsup.supervisor.effects import launch
 
 SCRIPT = FIXTURES / "ddp_train.py"
 STEPS = 2000  # long enough never to finish during a trial

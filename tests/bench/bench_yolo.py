@@ -58,7 +58,7 @@ def spec_for(root: Path, data: Path, epochs: int, name: str) -> Path:
 
 def run_rsup(spec: Path, state: Path, *injects: str) -> None:
     args = [f"--inject={i}" for i in injects]
-    subprocess.run([sys.executable, "-m", "rsup.supervisor.cli", "run", str(spec),
+    subprocess.run([sys.executable, "-m", "rsup.supervisor.cli.main", "run", str(spec),
                     "--state-dir", str(state), *args], check=True, capture_output=True)  # fmt: skip
 
 

@@ -25,8 +25,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import psutil  # noqa: E402
-from rsup.supervisor.client import Client  # noqa: E402
-from rsup.supervisor.spec import load_spec  # noqa: E402
+from rsup.supervisor.cli.client import Client  # noqa: E402
+from rsup.supervisor.core.spec import load_spec  # noqa: E402
 
 from tests.conftest import FIXTURES, Rsupd, kill_leftovers, wait_for, write_spec  # noqa: E402
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
-from rsup.supervisor import ranks
-from rsup.supervisor.hang import HangConfig
+from rsup.supervisor.core.hang import HangConfig
+from rsup.supervisor.recognize import ranks
 
 from tests.conftest import FIXTURES, Rsupd, kill_leftovers, pid_alive, wait_for
 
@@ -56,7 +56,7 @@ def ddp_spec(folder: Path, name: str = "ddp", **extra: Any) -> Path:
 
 
 def rsup_run(spec: Path, state: Path) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "rsup.supervisor.cli", "run", str(spec), "--state-dir"]
+    argv = [sys.executable, "-m", "rsup.supervisor.cli.main", "run", str(spec), "--state-dir"]
     return subprocess.Popen(
         [*argv, str(state)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )

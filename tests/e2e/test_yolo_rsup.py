@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from rsup.supervisor.store import Store
+from rsup.supervisor.effects.store import Store
 from rsup.workers import demodata
 
 from tests.conftest import Rsupd, wait_for
@@ -54,7 +54,7 @@ def rsup_run(spec: Path, state: Path, *injects: str) -> subprocess.CompletedProc
         [
             sys.executable,
             "-m",
-            "rsup.supervisor.cli",
+            "rsup.supervisor.cli.main",
             "run",
             str(spec),
             "--state-dir",

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rsup.supervisor.client import Client, ClientError
-from rsup.supervisor.spec import load_spec
+from rsup.supervisor.cli.client import Client, ClientError
+from rsup.supervisor.core.spec import load_spec
 
 from tests.conftest import Rsupd, running_rsupd, write_spec
 

@@ -11,7 +11,7 @@ from tests.conftest import Rsupd, env_without_socket, wait_for, write_spec
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rsup.supervisor.cli", *args],
+        [sys.executable, "-m", "rsup.supervisor.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -30,8 +30,8 @@ from typing import Any
 
 import psutil
 import pytest
-from rsup.supervisor.client import Client
-from rsup.supervisor.spec import load_spec
+from rsup.supervisor.cli.client import Client
+from rsup.supervisor.core.spec import load_spec
 
 from tests.conftest import FIXTURES, Rsupd, pid_alive, wait_for, write_spec
 from tests.integration.test_access import as_user

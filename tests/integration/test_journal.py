@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rsup.supervisor import journal
+from rsup.supervisor.surfaces import journal
 
 from tests.conftest import kill_leftovers, wait_for, write_spec
 from tests.integration.test_systemd import ServiceRsupd

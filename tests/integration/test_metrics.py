@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rsup.supervisor import metrics, report
-from rsup.supervisor.states import JobState
-from rsup.supervisor.store import Attempt, Job, Store
+from rsup.supervisor.core.states import JobState
+from rsup.supervisor.effects.store import Attempt, Job, Store
+from rsup.supervisor.surfaces import metrics, report
 
 from tests.conftest import FIXTURES, kill_leftovers, write_spec
 
@@ -287,7 +287,7 @@ def test_metrics_and_report_of_a_real_run(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "rsup.supervisor.cli",
+                "rsup.supervisor.cli.main",
                 "run",
                 str(spec),
                 "--state-dir",

@@ -6,8 +6,8 @@ import signal
 import sys
 from pathlib import Path
 
-from rsup.supervisor.report import report_data
-from rsup.supervisor.store import Store
+from rsup.supervisor.effects.store import Store
+from rsup.supervisor.surfaces.report import report_data
 
 from tests.conftest import Rsupd, running_rsupd, wait_for, write_spec
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rsup.supervisor.probe import (
+from rsup.supervisor.probe.ladder import ProbeSetup, VerdictCache, probe_device, run_ladder
+from rsup.supervisor.probe.run import (
     FAILED,
     OK,
     SKIPPED,
@@ -30,8 +31,7 @@ from rsup.supervisor.probe import (
     run_probe,
     run_probe_sync,
 )
-from rsup.supervisor.probeladder import ProbeSetup, VerdictCache, probe_device, run_ladder
-from rsup.supervisor.remedies import RemedyError, load_remedies, remedies_for_stage
+from rsup.supervisor.recognize.remedies import RemedyError, load_remedies, remedies_for_stage
 from rsup.workers.probe import BUILTIN_STAGES
 
 from tests.conftest import pid_alive
@@ -355,7 +355,8 @@ def test_timeouts_from_config_and_overrides() -> None:
 
 def test_daemon_side_never_imports_torch() -> None:
     code = (
-        "import sys, rsup.supervisor.probe, rsup.supervisor.probeladder, rsup.supervisor.remedies\n"
+        "import sys, rsup.supervisor.probe.run, rsup.supervisor.probe.ladder\n"
+        "import rsup.supervisor.recognize.remedies\n"
         "print(sorted({'torch', 'numpy'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -22,8 +22,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from rsup.supervisor import daemon, notify, service
-from rsup.supervisor.states import JobState
+from rsup.supervisor import daemon
+from rsup.supervisor.core.states import JobState
+from rsup.supervisor.surfaces import notify, service
 
 from tests.conftest import Rsupd, wait_for, write_spec
 

@@ -34,7 +34,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from benchlib import Bench, log, machine, wait_until
-from rsup.supervisor.client import ClientError
+from rsup.supervisor.cli.client import ClientError
 
 from tests.conftest import state_processes
 

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rsup.supervisor import classify
-from rsup.supervisor.classify import (
+from rsup.supervisor.cli.diagnose import run_diagnose
+from rsup.supervisor.effects.configdir import config_dir, config_file
+from rsup.supervisor.recognize import classify
+from rsup.supervisor.recognize.classify import (
     Diagnosis,
     Finding,
     LiveClassifier,
@@ -21,9 +23,7 @@ from rsup.supervisor.classify import (
     diagnose_file,
     diagnose_text,
 )
-from rsup.supervisor.configdir import config_dir, config_file
-from rsup.supervisor.diagnose import run_diagnose
-from rsup.supervisor.signatures import (
+from rsup.supervisor.recognize.signatures import (
     Catalogue,
     SignatureError,
     derive_keywords,

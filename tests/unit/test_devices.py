@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rsup.supervisor import devices
+from rsup.supervisor.effects import devices
 
 
 def _node(root: Path, n: int, gpu_id: int, unique_id: int | None) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from rsup.supervisor.hang import FLOOR_CAP, IDLE_CORES, HangConfig, HangDetector, HangVerdict
+from rsup.supervisor.core.hang import FLOOR_CAP, IDLE_CORES, HangConfig, HangDetector, HangVerdict
 
 STEP = 0.5  # the daemon's check period
 

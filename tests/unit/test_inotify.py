@@ -7,7 +7,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from rsup.supervisor.inotify import DirWatch, dir_watch
+from rsup.supervisor.effects.inotify import DirWatch, dir_watch
 
 DEADLINE = 5.0
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rsup.supervisor.launch import job_env
+from rsup.supervisor.effects.launch import job_env
 
 
 def test_the_jobs_pythonpath_is_kept_behind_rsups_folder() -> None:

@@ -7,9 +7,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from rsup.supervisor import policy
-from rsup.supervisor.outcome import history_for
-from rsup.supervisor.policy import (
+from rsup.supervisor.core import policy
+from rsup.supervisor.core.policy import (
     FAIL,
     REPROBE,
     RESTART,
@@ -22,8 +21,9 @@ from rsup.supervisor.policy import (
     Outcome,
     decide,
 )
-from rsup.supervisor.states import JobState
-from rsup.supervisor.store import Job
+from rsup.supervisor.core.states import JobState
+from rsup.supervisor.effects.outcome import history_for
+from rsup.supervisor.effects.store import Job
 from rsup.workers import constants as C
 
 LIMITS = Limits()

@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from rsup.supervisor.policy import Backoff
-from rsup.supervisor.spec import JobSpec, SpecError, parse_spec, spec_from_json
+from rsup.supervisor.core.policy import Backoff
+from rsup.supervisor.core.spec import JobSpec, SpecError, parse_spec, spec_from_json
 
 SOURCE = "fuzz/job.yaml"
 BASE = Path("/tmp/rsup-fuzz-spec-base")  # only joined with relative paths, never touched

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rsup.supervisor import ranks
-from rsup.supervisor.hang import HangConfig
+from rsup.supervisor.core.hang import HangConfig
+from rsup.supervisor.recognize import ranks
 
 BOOT = b"[rank0]:rank 0 starting\n[rank1]:rank 1 starting\n"
 TRACEBACK = (

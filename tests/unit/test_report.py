@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rsup.supervisor import report
-from rsup.supervisor.states import JobState
-from rsup.supervisor.store import Attempt, Job, Store
+from rsup.supervisor.core.states import JobState
+from rsup.supervisor.effects.store import Attempt, Job, Store
+from rsup.supervisor.surfaces import report
 
 np = pytest.importorskip("numpy")
 pytest.importorskip("matplotlib")

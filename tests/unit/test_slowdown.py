@@ -1,6 +1,6 @@
 """The slowdown alert is a pure function of epoch times."""
 
-from rsup.supervisor.slowdown import SlowdownWatch
+from rsup.supervisor.core.slowdown import SlowdownWatch
 
 
 def test_sustained_slowdown_alerts_once() -> None:

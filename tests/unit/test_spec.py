@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rsup.supervisor.spec import (
+from rsup.supervisor.core.spec import (
     JobSpec,
     SpecError,
     load_spec,

@@ -6,14 +6,14 @@ import itertools
 from pathlib import Path
 
 import pytest
-from rsup.supervisor.states import (
+from rsup.supervisor.core.states import (
     TERMINAL,
     TRANSITIONS,
     IllegalTransition,
     JobState,
     check_transition,
 )
-from rsup.supervisor.store import Attempt, Job, Store
+from rsup.supervisor.effects.store import Attempt, Job, Store
 
 S = JobState
 ALLOWED = [(old, new) for old, targets in TRANSITIONS.items() for new in sorted(targets)]

@@ -1,0 +1,1 @@
+"""Effects around the core: the engine loop, attempt runner, file watcher, store, processes."""

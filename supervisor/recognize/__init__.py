@@ -1,0 +1,1 @@
+"""Reading what jobs print: signatures, the live classifier, torchrun ranks, kernel lines."""

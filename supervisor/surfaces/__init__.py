@@ -1,0 +1,1 @@
+"""What rsupd shows: socket API, journald, metrics, systemd service, notifications, reports."""
