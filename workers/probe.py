@@ -3,7 +3,7 @@
 Runs inside the job's own interpreter (Python 3.9+, torch 1.13+), so it imports only the
 standard library, and torch lazily in the ``import`` stage. With ``--json`` every stage
 writes one JSON line when it starts and one when it ends, flushed at once; the caller
-(``rsup.supervisor.probe``) enforces the timeouts and kills this process when a stage hangs.
+(``rsup.supervisor.probe.run``) enforces the timeouts and kills this process when a stage hangs.
 Without ``--json`` one readable line per stage is printed instead.
 
 Stray output (from stages, torch, C libraries) is sent to stderr, so stdout carries only
