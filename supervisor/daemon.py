@@ -14,11 +14,11 @@ from typing import Any
 
 import structlog
 from rsup.supervisor.cli import logs
+from rsup.supervisor.core.errors import StateError
 from rsup.supervisor.effects import retention
 from rsup.supervisor.effects.configdir import config_file
 from rsup.supervisor.effects.engine import Engine
 from rsup.supervisor.effects.paths import Layout, default_socket, default_state_dir
-from rsup.supervisor.effects.store import StateError
 from rsup.supervisor.surfaces import metrics
 from rsup.supervisor.surfaces.api import Api
 from rsup.supervisor.surfaces.journal import JournalBridge, JournalSender, under_systemd

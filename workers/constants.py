@@ -55,4 +55,6 @@ ENV_JOB = "RSUP_JOB"
 ENV_ATTEMPT = "RSUP_ATTEMPT"
 ENV_CHECKPOINT = "RSUP_CHECKPOINT"
 ENV_DEVICE = "RSUP_DEVICE"
+ENV_BATCH = "RSUP_BATCH"  # command/torchrun jobs: the batch size in force
+ENV_WORKERS = "RSUP_WORKERS"  # and the DataLoader workers in force
 ENV_INJECT = "RSUP_INJECT"

@@ -20,16 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rsup.workers.probeidentity import cpu_identity, gpu_identity
+from rsup.workers.probeidentity import kfd_gfx_archs as kfd_gfx_archs
+
 MIB = 1 << 20
-KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
 # Set by the dataloader remedy: workers stay alive between epochs (and no pinning thread).
 ENV_DATALOADER_SPAWN = "RSUP_DATALOADER_SPAWN"
-_VISIBILITY_ENV = (
-    "HIP_VISIBLE_DEVICES",
-    "CUDA_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "HSA_OVERRIDE_GFX_VERSION",
-)
 
 Details = dict[str, Any]
 
@@ -55,29 +51,6 @@ def note(message: str) -> None:
     """A progress note on stderr: the caller quotes the last ones when a stage hangs."""
     sys.stderr.write(f"probe: {message}\n")
     sys.stderr.flush()
-
-
-def kfd_gfx_archs(nodes: Path = KFD_NODES) -> list[str]:
-    """The gfx targets of the AMD GPUs the kernel driver lists (``gfx1031``), in node order."""
-    archs: list[str] = []
-    try:
-        entries = sorted((p for p in nodes.iterdir() if p.name.isdigit()), key=_node_number)
-    except OSError:
-        return archs
-    for node in entries:
-        try:
-            text = (node / "properties").read_text()
-        except OSError:
-            continue
-        found = re.search(r"^gfx_target_version\s+(\d+)", text, re.MULTILINE)
-        if found and int(found.group(1)):
-            value = int(found.group(1))
-            archs.append(f"gfx{value // 10000}{value // 100 % 100:x}{value % 100:x}")
-    return archs
-
-
-def _node_number(node: Path) -> int:
-    return int(node.name)
 
 
 def _sync(ctx: StageContext) -> None:
@@ -128,78 +101,13 @@ def stage_detect(ctx: StageContext) -> Details:
     info: Details = {"torch": torch.__version__, "hip": getattr(torch.version, "hip", None),
                      "cuda": torch.version.cuda}  # fmt: skip
     if ctx.device == "cpu":
-        info.update(_cpu_identity(torch))
+        info.update(cpu_identity(torch))
     elif ctx.is_cuda:
-        info.update(_gpu_identity(ctx))
+        info.update(gpu_identity(torch, ctx.device))
     else:
         raise RuntimeError(f"unsupported device {ctx.device!r}: use cpu, cuda or cuda:N")
     ctx.info = info
     return info
-
-
-def _cpu_identity(torch: Any) -> Details:
-    name = platform.processor() or "unknown"
-    try:
-        found = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
-        name = found.group(1).strip() if found else name
-    except OSError:
-        pass
-    return {"vendor": "cpu", "name": name, "arch": platform.machine(), "driver": None,
-            "threads": torch.get_num_threads()}  # fmt: skip
-
-
-def _gpu_identity(ctx: StageContext) -> Details:
-    torch = ctx.torch
-    if not torch.cuda.is_available():
-        hip = getattr(torch.version, "hip", None)
-        raise RuntimeError(f"torch.cuda.is_available() is False (torch {torch.__version__}, "
-                           f"hip {hip}, cuda {torch.version.cuda})")  # fmt: skip
-    index = torch.device(ctx.device).index or 0
-    count = torch.cuda.device_count()
-    if index >= count:
-        raise RuntimeError(f"no device {ctx.device}: {count} GPU(s) visible")
-    props = torch.cuda.get_device_properties(index)
-    amd = bool(getattr(torch.version, "hip", None))
-    compiled: list[str] = list(torch.cuda.get_arch_list())
-    arch = _gpu_arch(props, amd, index)
-    return {
-        "vendor": "amd" if amd else "nvidia",
-        "name": props.name,
-        "arch": arch,
-        "capability": f"{props.major}.{props.minor}",
-        "total_memory": int(props.total_memory),
-        "uuid": str(getattr(props, "uuid", "")) or None,
-        "driver": _driver_version(amd, torch),
-        "device_count": count,
-        "compiled_archs": compiled,
-        "arch_compiled": (arch in compiled) if amd and arch else None,
-        "env": {k: os.environ[k] for k in _VISIBILITY_ENV if k in os.environ},
-    }
-
-
-def _gpu_arch(props: Any, amd: bool, index: int) -> str | None:
-    if not amd:
-        return f"sm_{props.major}{props.minor}"
-    name = str(getattr(props, "gcnArchName", "") or "").split(":")[0]
-    if name:
-        return name
-    archs = kfd_gfx_archs()  # torch before 2.0 has no gcnArchName
-    return archs[index] if index < len(archs) else None
-
-
-def _driver_version(amd: bool, torch: Any) -> str | None:
-    path = Path("/sys/module/amdgpu/version" if amd else "/proc/driver/nvidia/version")
-    try:
-        text = path.read_text()
-    except OSError:
-        text = ""
-    if amd:
-        return text.strip() or "kernel " + platform.release()
-    found = re.search(r"Kernel Module\s+(\S+)", text)
-    if found:
-        return found.group(1)
-    get = getattr(torch._C, "_cuda_getDriverVersion", None)
-    return str(get()) if get is not None else None
 
 
 def stage_memory(ctx: StageContext) -> Details:

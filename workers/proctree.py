@@ -3,7 +3,8 @@
 Standard library only, Linux only. A process belongs to the tree when its chain of
 parents (the ppid field of /proc/<pid>/stat) reaches the root pid; with the root a
 child subreaper, orphans and double-forked daemons are reparented to it and so
-stay in the tree.
+stay in the tree. This is also rsup's one parser of /proc/<pid>/stat (`split_stat`,
+`stat_fields`), which rsupd imports.
 """
 
 from __future__ import annotations
@@ -41,9 +42,32 @@ class Proc:
         return (self.pid, self.start_time)
 
 
+def split_stat(raw: bytes) -> list[bytes]:
+    """Fields of a /proc/<pid>/stat line after the command name (which may hold spaces
+    and ')'). fields[0] is the state (field 3 in proc(5)); raises ValueError when the
+    line has no ')'."""
+    return raw[raw.rindex(b")") + 2 :].split()
+
+
+def _read_stat(pid: int) -> bytes | None:
+    """The raw /proc/<pid>/stat line, or None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def stat_fields(pid: int) -> list[bytes] | None:
+    """Fields of /proc/<pid>/stat after the command name (which may hold spaces); None when
+    the process is gone. fields[0] is the state (field 3 in proc(5))."""
+    raw = _read_stat(pid)
+    return None if raw is None else split_stat(raw)
+
+
 def parse_stat(pid: int, raw: bytes) -> Proc:
     """Parse a /proc/<pid>/stat line; the command name may hold spaces and ')'."""
-    fields = raw[raw.rindex(b")") + 2 :].split()
+    fields = split_stat(raw)
     # fields[0] is field 3 of proc(5): state, ppid, pgrp, ..., starttime is field 22.
     return Proc(
         pid=pid,
@@ -56,10 +80,8 @@ def parse_stat(pid: int, raw: bytes) -> Proc:
 
 def read_proc(pid: int) -> Proc | None:
     """The process `pid` as /proc shows it now, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
+    raw = _read_stat(pid)
+    if raw is None:
         return None
     try:
         return parse_stat(pid, raw)

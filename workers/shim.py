@@ -32,25 +32,18 @@ import traceback
 from typing import Any
 
 from rsup.workers import proctree
-from rsup.workers.boundedlog import BoundedLog, Rotation
-from rsup.workers.constants import (
-    EXIT_JSON,
-    OUTPUT_LOG,
-    ROTATION_JSON,
-    SHIM_EXIT_OK,
-    SHIM_EXIT_SPAWN_FAILED,
-    SHIM_JSON,
-)
+from rsup.workers.boundedlog import BoundedLog
+from rsup.workers.constants import EXIT_JSON, SHIM_EXIT_OK, SHIM_JSON
 from rsup.workers.shimargs import Options, parse_args
 from rsup.workers.shimrecords import (
     exit_record,
-    read_json,
     reserve,
     rusage_fields,
     shim_record,
     write_json_atomic,
 )
 from rsup.workers.shimsignals import SignalQueue, signal_name
+from rsup.workers.shimstart import join_cgroup, open_log, spawn, spawn_failed
 
 READ_CHUNK = 1024 * 1024
 PIPE_SIZE = 1024 * 1024  # a bigger pipe lets a chatty job run on while we write
@@ -60,8 +53,6 @@ ORPHAN_GRACE_MAX = 5.0
 KILL_TIMEOUT = 10.0  # SIGKILL passes before giving up on a process stuck in the kernel
 DRAIN_TIMEOUT = 2.0  # a writer outside the tree could hold the pipe open for ever
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # named only from Python 3.10
-EXIT_NOT_FOUND = 127  # shell conventions for a command that cannot start
-EXIT_CANNOT_EXECUTE = 126
 
 
 class Phase(str, enum.Enum):
@@ -316,63 +307,6 @@ class Shim:
             self.log.note(f"rsup:   {line}")
         killed, self.survivors = proctree.kill_all(self.pid, self.job_pid, self._reap, KILL_TIMEOUT)
         self._remember(killed)
-
-
-def join_cgroup(opts: Options) -> str | None:
-    """Move the shim into the attempt's cgroup before the job starts, so the job and
-    everything it forks (setsid'ed or not) is in it; the reason when that failed."""
-    if opts.cgroup is None:
-        return None
-    try:
-        with open(os.path.join(opts.cgroup, "cgroup.procs"), "w") as procs:
-            procs.write(f"{os.getpid()}\n")
-    except OSError as exc:
-        return f"rsup: could not join cgroup {opts.cgroup} ({exc}); the tree kill remains"
-    return None
-
-
-def spawn(opts: Options) -> subprocess.Popen[bytes]:
-    """Start the job in a session of its own, stdout and stderr into one pipe."""
-    ids: dict[str, Any] = {}
-    if opts.user is not None:
-        ids["user"] = opts.user
-    if opts.group is not None:
-        ids["group"] = opts.group
-    if opts.groups is not None:
-        ids["extra_groups"] = opts.groups  # also when empty: drop our own groups
-    return subprocess.Popen(
-        opts.argv, cwd=opts.cwd, start_new_session=True, close_fds=True,
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **ids,
-    )  # fmt: skip
-
-
-def open_log(opts: Options) -> BoundedLog:
-    """output.log, continuing the rotation count of an earlier shim on the same attempt."""
-    rotation_path = opts.path(ROTATION_JSON)
-    prior = read_json(rotation_path)
-
-    def on_rotate(rotation: Rotation) -> None:
-        write_json_atomic(rotation_path, rotation.as_json())
-
-    return BoundedLog(
-        opts.path(OUTPUT_LOG),
-        opts.max_log_bytes,
-        on_rotate,
-        generation=int(prior.get("generation", 0)),
-        dropped_total=int(prior.get("dropped_bytes_total", 0)),
-    )
-
-
-def spawn_failed(
-    opts: Options, log: BoundedLog, exc: BaseException, started: float, reserved: str | None
-) -> int:
-    """Record a job that could not even start, with the exit code a shell would give."""
-    log.note(f"rsup: cannot start job: {exc}")
-    log.note(f"rsup: the command was {opts.argv!r}, in {os.path.abspath(opts.cwd)!r}")
-    code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_CANNOT_EXECUTE
-    record = exit_record(started, time.monotonic(), exit_code=code, spawn_error=str(exc))
-    write_json_atomic(opts.path(EXIT_JSON), record, reserved)
-    return SHIM_EXIT_SPAWN_FAILED
 
 
 def main(args: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rsup.supervisor.cli import logs, show
-from rsup.supervisor.core.spec import load_spec
+from rsup.supervisor.core.spec import JobSpec, load_spec
 from rsup.supervisor.core.states import JobState
 from rsup.supervisor.effects.cgroups import AttemptCgroups
 from rsup.supervisor.effects.engine import Engine, EngineError
@@ -41,19 +41,19 @@ def run_foreground(spec_path: Path, state_dir: Path | None, injects: list[str]) 
         return C.EXIT_USAGE
     logs.quiet()
     layout = Layout(state_dir or Path.cwd() / ".rsup-run")
-    state = asyncio.run(_supervise(layout, spec.model_dump(mode="json"), drills))
+    state = asyncio.run(_supervise(layout, spec, drills))
     print(f"rsup run: job {spec.name} {state.value}")
     return C.EXIT_OK if state == JobState.SUCCEEDED else C.EXIT_FAILED
 
 
 async def _supervise(
-    layout: Layout, spec: dict[str, Any], drills: list[tuple[str, int | None]]
+    layout: Layout, spec: JobSpec, drills: list[tuple[str, int | None]]
 ) -> JobState:
     import os
 
     engine = Engine(layout)
     engine.store.listeners.append(_print_event)
-    name = spec["name"]
+    name = spec.name
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, engine.stop, name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rsup.supervisor.core.spec import parse_duration
+from rsup.supervisor.core.spec import JobSpec
 
 
 @dataclass(frozen=True)
@@ -20,38 +20,35 @@ class Spent:
 
 
 def spent(
-    spec: dict[str, Any], first_started: float | None, now: float, ended: float | None = None
+    spec: JobSpec, first_started: float | None, now: float, ended: float | None = None
 ) -> Spent:
     """Wall time since the first attempt started: a rented box bills through the backoffs.
     For a finished job, pass `ended` (the end of its last attempt)."""
-    cost = spec.get("cost") or {}
     until = now if ended is None else ended
     seconds = max(0.0, until - first_started) if first_started is not None else 0.0
-    money = seconds / 3600.0 * float(cost.get("per_hour", 0.0))
-    return Spent(seconds, money, str(cost.get("currency", "USD")))
+    money = seconds / 3600.0 * spec.cost.per_hour
+    return Spent(seconds, money, spec.cost.currency)
 
 
-def over_limit(spec: dict[str, Any], used: Spent) -> str | None:
+def over_limit(spec: JobSpec, used: Spent) -> str | None:
     """Why the job must stop now (runtime or budget reached), else None."""
-    limit = (spec.get("limits") or {}).get("max_runtime")
-    if limit is not None and used.seconds >= parse_duration(limit):
+    limit = spec.limits.max_runtime
+    if limit is not None and used.seconds >= limit:
         return f"limits.max_runtime reached ({used.seconds / 3600:.2f} h)"
-    budget = (spec.get("cost") or {}).get("budget")
-    if budget is not None and used.money >= float(budget):
-        return f"cost budget reached ({used.money:.2f} of {float(budget):.2f} {used.currency})"
+    budget = spec.cost.budget
+    if budget is not None and used.money >= budget:
+        return f"cost budget reached ({used.money:.2f} of {budget:.2f} {used.currency})"
     return None
 
 
-def seconds_left(spec: dict[str, Any], used: Spent) -> float | None:
+def seconds_left(spec: JobSpec, used: Spent) -> float | None:
     """Time until the runtime limit or the budget is reached; None with neither set."""
     left: list[float] = []
-    limit = (spec.get("limits") or {}).get("max_runtime")
-    if limit is not None:
-        left.append(parse_duration(limit) - used.seconds)
-    cost = spec.get("cost") or {}
-    if cost.get("budget") is not None and float(cost.get("per_hour") or 0) > 0:
-        rate = float(cost["per_hour"]) / 3600.0
-        left.append((float(cost["budget"]) - used.money) / rate)
+    if spec.limits.max_runtime is not None:
+        left.append(spec.limits.max_runtime - used.seconds)
+    if spec.cost.budget is not None and spec.cost.per_hour > 0:
+        rate = spec.cost.per_hour / 3600.0
+        left.append((spec.cost.budget - used.money) / rate)
     return max(0.0, min(left)) if left else None
 
 

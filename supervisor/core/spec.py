@@ -275,6 +275,10 @@ class JobSpec(_Model):
     hooks: HooksSpec = Field(default_factory=HooksSpec)
     preflight: PreflightSpec | None = None
     share_gpu: bool = False  # may share its GPU with other jobs that also allow it
+    # command/torchrun knobs: {batch} and {workers} in command, $RSUP_BATCH, $RSUP_WORKERS;
+    # rsup halves them after an OOM or a DataLoader worker death
+    batch: Annotated[int, Field(ge=1)] | None = None
+    workers: Annotated[int, Field(ge=0)] | None = None
 
     @model_validator(mode="after")
     def _fits_kind(self) -> JobSpec:
@@ -292,6 +296,9 @@ def _kind_problem(spec: JobSpec) -> tuple[str, str] | None:
     kind = spec.kind
     if kind != "ultralytics" and spec.train is not None:
         return "train", "only kind 'ultralytics' reads train; remove it, or set kind: ultralytics"
+    if kind == "ultralytics" and (spec.batch is not None or spec.workers is not None):
+        field = "batch" if spec.batch is not None else "workers"
+        return field, f"kind 'ultralytics' reads train.{field}; move it under train:"
     if kind != "torchrun" and spec.torchrun != TorchrunSpec():
         return "torchrun", "only kind 'torchrun' reads torchrun; remove it, or set kind: torchrun"
     if kind == "command" and spec.command is None:

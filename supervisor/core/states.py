@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from rsup.supervisor.core import errors
+
 
 class JobState(str, Enum):
     QUEUED = "queued"
@@ -50,7 +52,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 }
 
 
-class IllegalTransition(RuntimeError):
+class IllegalTransition(errors.IllegalTransition):
     """A move the lifecycle does not allow (a bug in the caller, never user input)."""
 
     def __init__(self, job: str, old: JobState, new: JobState) -> None:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rsup.supervisor.core.spec import JobSpec
 from rsup.supervisor.effects.procwait import wait_event
 
 FAKE_GPUS_ENV = "RSUP_FAKE_GPUS"  # test double: "0,1" stands for two GPUs that are not here
@@ -104,12 +105,12 @@ def indexes(device: str) -> list[str]:
     return [index_of(part.strip()) for part in device.split(",") if part.strip()]
 
 
-def gpus_wanted(spec: dict[str, Any]) -> int:
+def gpus_wanted(spec: JobSpec) -> int:
     """How many GPUs the job needs: torchrun's nproc_per_node ranks, one each; else one."""
-    if spec.get("kind") != "torchrun":
+    if spec.kind != "torchrun":
         return 1
-    nproc = (spec.get("torchrun") or {}).get("nproc_per_node", 1)
-    return int(nproc) if str(nproc).isdigit() and int(nproc) > 0 else 1
+    nproc = spec.torchrun.nproc_per_node
+    return nproc if isinstance(nproc, int) and nproc > 0 else 1
 
 
 class Pool:

@@ -17,13 +17,18 @@ from typing import Any
 
 import structlog
 from rsup.supervisor.core import budget
+from rsup.supervisor.core import step as core
+from rsup.supervisor.core.errors import RequestRefused, UsageError
+from rsup.supervisor.core.job import Job
+from rsup.supervisor.core.plan import Plan
+from rsup.supervisor.core.spec import JobSpec
 from rsup.supervisor.core.states import JobState
 from rsup.supervisor.effects import devices, hooks, launch, preflight, retention
 from rsup.supervisor.effects.cgroups import AttemptCgroups
 from rsup.supervisor.effects.paths import Layout
 from rsup.supervisor.effects.procwait import signal_if_same, wait_any, wait_event
 from rsup.supervisor.effects.runner import AttemptRunner
-from rsup.supervisor.effects.store import Job, Store
+from rsup.supervisor.effects.store import Store
 from rsup.supervisor.probe import probing
 
 log = structlog.get_logger("rsupd")
@@ -36,8 +41,12 @@ VRAM_WAIT = 60.0  # seconds a relaunch waits for the last attempt's stuck proces
 STORE_RETRY = 5.0  # seconds between tries of a step whose state.db write failed (disk full)
 
 
-class EngineError(Exception):
+class EngineError(RequestRefused):
     """A request the engine refuses; the message is for the person who asked."""
+
+
+class DrillError(UsageError):
+    """A drill that cannot be: unknown kind, or one this job's kind cannot take."""
 
 
 @dataclass
@@ -78,7 +87,7 @@ class Engine:
         for job in self.store.jobs():
             if not job.state.terminal:
                 if devices.is_gpu(job.device) and job.state != S.QUEUED:
-                    if job.spec.get("share_gpu"):
+                    if job.spec.share_gpu:
                         self.pool.sharing.add(job.name)
                     self.pool.take(str(job.device), job.name)
                 self._readopted(job)
@@ -102,9 +111,9 @@ class Engine:
 
     # requests ------------------------------------------------------------
 
-    def submit(self, spec: dict[str, Any], owner_uid: int) -> Job:
+    def submit(self, spec: JobSpec, owner_uid: int) -> Job:
         """Store a new job (or a finished one started again) and start supervising it."""
-        name = spec["name"]
+        name = spec.name
         job = self.store.get_job(name)
         if job is not None and not job.state.terminal:
             raise EngineError(f"job {name} is already {job.state.value}; stop it first")
@@ -121,7 +130,8 @@ class Engine:
                 restarts=0,
                 failures=0,
                 same_fault=0,
-                overrides={},
+                plan=Plan(),
+                resume_to=None,
                 device=None,
                 drills=[],
                 hang_timeout=None,
@@ -173,13 +183,13 @@ class Engine:
     def inject(self, name: str, kind: str, at_epoch: int | None) -> dict[str, Any]:
         """A fault drill: the real fault (SIGKILL, SIGSTOP, a real allocation failure)."""
         if kind not in DRILLS:
-            raise EngineError(f"unknown drill {kind!r}; choose one of {', '.join(DRILLS)}")
+            raise DrillError(f"unknown drill {kind!r}; choose one of {', '.join(DRILLS)}")
         job = self.get(name)
         if job.state.terminal:
             raise EngineError(f"job {name} is {job.state.value}; start it before drilling it")
         drill = {"kind": kind, "at_epoch": at_epoch, "id": len(job.drills) + 1}
-        if job.spec.get("kind") != "ultralytics" and kind == "oom":
-            raise EngineError("the oom drill is raised inside the trainer: ultralytics jobs only")
+        if job.kind != "ultralytics" and kind == "oom":
+            raise DrillError("the oom drill is raised inside the trainer: ultralytics jobs only")
         self.store.update_job(name, drills=[*job.drills, drill])
         runner = self.attempts.get(name)
         if runner is not None and runner.monitor is not None:
@@ -266,10 +276,10 @@ class Engine:
             return
         if not await self._dependencies_ready(job, control):
             return
-        wanted = devices.resolve(str(job.spec.get("device", "auto")), self.base_env)
+        wanted = devices.resolve(job.spec.device, self.base_env)
         if wanted is None:
             known = ", ".join(devices.gpu_ids(self.base_env)) or "none readable"
-            reason = f"no GPU here has the id {job.spec['device']} (ids: {known})"
+            reason = f"no GPU here has the id {job.spec.device} (ids: {known})"
             self.store.move(job.name, S.FAILED, reason)
             return
         device = job.device or self._pick_device(job, wanted)
@@ -287,7 +297,7 @@ class Engine:
     async def _dependencies_ready(self, job: Job, control: Control) -> bool:
         """`after:` jobs must have succeeded; one that failed or stopped fails this one."""
         waiting = []
-        for dep in job.spec.get("after") or []:
+        for dep in job.spec.after:
             other = self.store.get_job(dep)
             if other is None or other.state in (S.FAILED, S.STOPPED):
                 why = "does not exist" if other is None else f"is {other.state.value}"
@@ -309,7 +319,7 @@ class Engine:
         None while every fitting GPU is held."""
         if wanted == "cpu":
             return "cpu"
-        if job.spec.get("share_gpu"):
+        if job.spec.share_gpu:
             self.pool.sharing.add(job.name)
         gpus = devices.visible_gpus(self.base_env)
         if wanted == "auto" and not gpus:
@@ -319,7 +329,7 @@ class Engine:
         if wanted == "auto":
             count = devices.gpus_wanted(job.spec)
             if count > len(gpus):
-                return "cpu" if (job.spec.get("fallback") or {}).get("cpu", True) else None
+                return "cpu" if job.spec.fallback.cpu else None
             return self.pool.free_one(gpus, job.name, count)
         return wanted if self.pool.take(wanted, job.name) else None
 
@@ -346,10 +356,8 @@ class Engine:
     async def _probing(self, job: Job, control: Control) -> None:
         device = job.device or "cpu"
         result = await probing.probe_for(job, device, self.layout, self.base_env, self.probe_stages)
-        overrides = {k: v for k, v in job.overrides.items() if k != "reprobe"}
-        if result.env:
-            overrides["env"] = {**overrides.get("env", {}), **result.env}
-        self.store.update_job(job.name, device=result.device or device, overrides=overrides)
+        plan = job.plan.with_env(result.env) if result.env else job.plan
+        self.store.update_job(job.name, device=result.device or device, plan=plan)
         if result.device == "cpu":
             await self.pool.release(job.name)
         self.store.emit(
@@ -377,19 +385,14 @@ class Engine:
         first = self.store.first_started(job.name)
         delay = max(0.0, (job.next_start_at or 0.0) - time.time())
         left = budget.seconds_left(job.spec, budget.spent(job.spec, first, time.time()))
-        if left is not None and left <= delay:
-            if not await wait_event(control.stop, left):
-                over = budget.over_limit(job.spec, budget.spent(job.spec, first, time.time()))
-                self.store.move(job.name, S.STOPPED, f"{over or 'budget reached'}; not restarted")
-                return
-        elif not await wait_event(control.stop, delay):
-            ended = job.attempts or None  # the backoff belongs to the attempt that ended
-            if job.overrides.get("reprobe"):
-                self.store.move(job.name, S.PROBING, "backoff over; re-probing the GPU", ended)
-            else:
-                self.store.move(job.name, S.STARTING, "backoff over", ended)
+        wait = delay if left is None else min(delay, left)
+        if await wait_event(control.stop, wait):
+            why = "stopped during backoff; the restart was cancelled"
+            self.store.move(job.name, S.STOPPED, why)
             return
-        self.store.move(job.name, S.STOPPED, "stopped during backoff; the restart was cancelled")
+        used = budget.spent(job.spec, first, time.time())
+        state, reason = core.backoff_over(job, used, limit_first=left is not None and left <= delay)
+        self.store.move(job.name, state, reason, job.attempts or None)
 
     async def _starting(self, job: Job, control: Control) -> None:
         runner = self._runner(job)
@@ -411,8 +414,8 @@ class Engine:
         if not passed:
             self.store.move(job.name, S.FAILED, reason)
             return False
-        self.store.update_job(job.name, overrides={**job.overrides, "preflight_ok": True})
-        job.overrides["preflight_ok"] = True
+        job.plan = job.plan.changed(preflight_passed=True)
+        self.store.update_job(job.name, plan=job.plan)
         return True
 
     async def _vram_released(self, job: Job) -> None:
@@ -429,9 +432,28 @@ class Engine:
 
     async def _running(self, job: Job, control: Control) -> None:
         runner = self._runner(job)
-        next_state, reason, n = await runner.supervise(control)
-        self.store.move(job.name, next_state, reason, n)
+        result = await runner.supervise(control)
+        n = job.attempts
+        if isinstance(result, core.Step):
+            self.commit_step(job.name, n, result)
+            self.carry_out(job.name, result.effects)
+        else:  # a decision an older rsupd stored without its move
+            self.store.move(job.name, result[0], result[1], n)
         await retention.prune(self.store, self.layout, job.name, n, self.keep_attempts)
+
+    def commit_step(self, name: str, n: int, step: core.Step) -> None:
+        """The attempt's end in one transaction: attempt row, job row, events, state move."""
+        with self.store.tx("attempt_end"):
+            self.store.update_attempt(name, n, **step.attempt)
+            self.store.update_job(name, **step.job)
+            for event, fields in step.events:
+                self.store.emit(name, n, event, **fields)
+            self.store.move(name, step.state, step.reason, n)
+
+    def carry_out(self, name: str, effects: tuple[core.Effect, ...]) -> None:
+        for effect in effects:
+            if effect.kind == core.INVALIDATE_PROBE:
+                probing.invalidate(self.layout, effect.device)
 
     def _runner(self, job: Job) -> AttemptRunner:
         runner = self.attempts.get(job.name)
@@ -441,10 +463,6 @@ class Engine:
             )
             self.attempts[job.name] = runner
         return runner
-
-
-def shim_signal(force: bool) -> int:
-    return signal.SIGUSR1 if force else signal.SIGTERM
 
 
 __all__ = ["Engine", "EngineError", "launch"]

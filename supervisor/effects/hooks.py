@@ -8,17 +8,19 @@ import os
 import signal
 from typing import Any
 
+from rsup.supervisor.core.job import Job
 from rsup.supervisor.effects import launch
-from rsup.supervisor.effects.store import Job, Store
+from rsup.supervisor.effects.store import Store
 
 OUTPUT_KEEP = 4000  # characters of a hook's output kept with the job's events
 
 
 def hooks_for(job: Job, outcome: str) -> list[tuple[str, list[str]]]:
     """(name, argv) of the hooks that apply to this outcome, in the order they run."""
-    hooks = job.spec.get("hooks") or {}
+    hooks = job.spec.hooks
     wanted = {"succeeded": ["on_success"], "failed": ["on_failure"]}.get(outcome, [])
-    return [(name, list(hooks[name])) for name in [*wanted, "on_exit"] if hooks.get(name)]
+    chosen = [(name, getattr(hooks, name)) for name in [*wanted, "on_exit"]]
+    return [(name, list(argv)) for name, argv in chosen if argv]
 
 
 def hook_env(job: Job, outcome: str, base: dict[str, str]) -> dict[str, str]:
@@ -40,7 +42,7 @@ def hook_env(job: Job, outcome: str, base: dict[str, str]) -> dict[str, str]:
 
 async def run_hooks(store: Store, job: Job, outcome: str, base_env: dict[str, str]) -> None:
     """Run each hook (as the job's user, in its cwd, bounded); record what it said."""
-    timeout = float((job.spec.get("hooks") or {}).get("timeout", 300))
+    timeout = job.spec.hooks.timeout
     for name, argv in hooks_for(job, outcome):
         code, output = await _run_one(job, argv, hook_env(job, outcome, base_env), timeout)
         store.emit(job.name, None, "hook_ran", hook=name, argv=argv, exit_code=code,
@@ -56,7 +58,7 @@ async def _run_one(
         extra = {"user": who.uid, "group": who.gid, "extra_groups": list(who.groups)}
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=job.spec.get("cwd") or None, env=env, stdin=asyncio.subprocess.DEVNULL,
+            *argv, cwd=job.spec.cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             start_new_session=True, **extra,
         )  # fmt: skip

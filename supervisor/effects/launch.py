@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rsup.supervisor.core.spec import JobSpec
 from rsup.supervisor.effects.proctime import stat_fields
 from rsup.supervisor.effects.profiles import load_profile
 from rsup.supervisor.recognize import ranks
@@ -38,9 +39,8 @@ def run_as(uid: int) -> RunAs | None:
     return RunAs(uid, entry.pw_gid, groups, entry.pw_dir, entry.pw_name)
 
 
-def interpreter(spec: dict[str, Any]) -> str:
-    python = spec.get("python")
-    return str(python) if python else sys.executable
+def interpreter(spec: JobSpec) -> str:
+    return spec.python or sys.executable
 
 
 def expand_checkpoint(argv: list[str], checkpoint: str | None) -> list[str]:
@@ -62,22 +62,44 @@ def expand_checkpoint(argv: list[str], checkpoint: str | None) -> list[str]:
     return out
 
 
-def job_argv(spec: dict[str, Any], attempt_dir: Path) -> list[str]:
-    """The job's own argv for its kind."""
+def expand_knobs(argv: list[str], values: dict[str, str]) -> list[str]:
+    """Put the values in force in place of {batch}, {workers} and {python}."""
+    out = []
+    for arg in argv:
+        for key, value in values.items():
+            arg = arg.replace("{" + key + "}", value)
+        out.append(arg)
+    return out
+
+
+def knob_values(spec: JobSpec, batch: int | None, workers: int | None) -> dict[str, str]:
+    values = {"python": interpreter(spec)}
+    if batch is not None:
+        values["batch"] = str(batch)
+    if workers is not None:
+        values["workers"] = str(workers)
+    return values
+
+
+def job_argv(
+    spec: JobSpec, attempt_dir: Path, batch: int | None = None, workers: int | None = None
+) -> list[str]:
+    """The job's own argv for its kind, with the knobs in force."""
     python = interpreter(spec)
-    kind = spec.get("kind", "command")
+    kind = spec.kind
+    values = knob_values(spec, batch, workers)
     if kind == "ultralytics":
         return [python, "-m", "rsup.workers.yolo", "--config", str(attempt_dir / "yolo.json")]
     if kind == "torchrun":
-        script = torchrun_script(spec)
+        script = expand_knobs(torchrun_script(spec), values)
         return [python, "-m", "torch.distributed.run", *torchrun_args(spec, attempt_dir), *script]
-    argv = expand_checkpoint(list(spec["command"]), spec.get("checkpoint"))
+    argv = expand_knobs(expand_checkpoint(list(spec.command or []), spec.checkpoint), values)
     if argv and argv[0] in PYTHON_NAMES:
         argv[0] = python
     return argv
 
 
-def torchrun_script(spec: dict[str, Any]) -> list[str]:
+def torchrun_script(spec: JobSpec) -> list[str]:
     """The script and its arguments, with {checkpoint} given as the path even before the
     file exists.
 
@@ -86,29 +108,28 @@ def torchrun_script(spec: dict[str, Any]) -> list[str]:
     make them start over. The script starts fresh while the file is missing (torchrun's
     usual pattern: load the checkpoint when it exists).
     """
-    checkpoint = spec.get("checkpoint")
-    if not checkpoint:
-        return expand_checkpoint(list(spec["command"]), None)
-    return [a.replace(CHECKPOINT_TOKEN, str(checkpoint)) for a in spec["command"]]
+    command = list(spec.command or [])
+    if not spec.checkpoint:
+        return expand_checkpoint(command, None)
+    return [a.replace(CHECKPOINT_TOKEN, spec.checkpoint) for a in command]
 
 
-def torchrun_args(spec: dict[str, Any], attempt_dir: Path) -> list[str]:
+def torchrun_args(spec: JobSpec, attempt_dir: Path) -> list[str]:
     """torchrun's options: the group as the spec says, and every rank's output in output.log.
 
     `--tee 3` copies each rank's stdout and stderr to the console (the shim's pipe) with
     the global rank in front (`[rank1]:`), and to files under the attempt's torchrun/
     folder, where torchrun also points each rank's TORCHELASTIC_ERROR_FILE (ranks.py).
     """
-    t = spec.get("torchrun") or {}
+    t = spec.torchrun
     args = [
-        f"--nproc-per-node={t.get('nproc_per_node', 1)}",
-        f"--nnodes={t.get('nnodes', 1)}",
-        f"--max-restarts={t.get('max_restarts', 0)}",
-        f"--rdzv-backend={t.get('rdzv_backend', 'c10d')}",
-        f"--rdzv-id={t.get('rdzv_id') or spec['name']}",
+        f"--nproc-per-node={t.nproc_per_node}",
+        f"--nnodes={t.nnodes}",
+        f"--max-restarts={t.max_restarts}",
+        f"--rdzv-backend={t.rdzv_backend}",
+        f"--rdzv-id={t.rdzv_id or spec.name}",
     ]
-    endpoint = t.get("rdzv_endpoint")
-    args.append(f"--rdzv-endpoint={endpoint}" if endpoint else "--standalone")
+    args.append(f"--rdzv-endpoint={t.rdzv_endpoint}" if t.rdzv_endpoint else "--standalone")
     return [
         *args,
         "--tee=3",
@@ -117,9 +138,9 @@ def torchrun_args(spec: dict[str, Any], attempt_dir: Path) -> list[str]:
     ]
 
 
-def torchrun_env(spec: dict[str, Any]) -> dict[str, str]:
+def torchrun_env(spec: JobSpec) -> dict[str, str]:
     """Defaults for a torchrun job; the daemon's env, a profile or the job's env win."""
-    if spec.get("kind") != "torchrun":
+    if spec.kind != "torchrun":
         return {}
     # Ranks that share the agent's rendezvous store may read the last round's addresses
     # after torchrun restarts them in place (its max_restarts, or a node joining): seen
@@ -129,7 +150,7 @@ def torchrun_env(spec: dict[str, Any]) -> dict[str, str]:
 
 
 def job_env(
-    base: dict[str, str], spec: dict[str, Any], extra: dict[str, str], who: RunAs | None
+    base: dict[str, str], spec: JobSpec, extra: dict[str, str], who: RunAs | None
 ) -> dict[str, str]:
     """Daemon env, the env profile, the job's env, then what rsup sets for this attempt.
     A PYTHONPATH in `extra` (rsup.workers' folder) goes in front of the job's, not over it."""
@@ -139,9 +160,9 @@ def job_env(
     env.setdefault("PYTHONUNBUFFERED", "1")  # live output: a pipe would block-buffer it
     for key, value in torchrun_env(spec).items():
         env.setdefault(key, value)
-    if spec.get("env_profile"):
-        env.update(load_profile(str(spec["env_profile"])))
-    env.update({k: str(v) for k, v in (spec.get("env") or {}).items()})
+    if spec.env_profile:
+        env.update(load_profile(spec.env_profile))
+    env.update(spec.env)
     extra = dict(extra)
     first = extra.pop("PYTHONPATH", None)
     env.update(extra)
@@ -151,14 +172,12 @@ def job_env(
 
 
 def shim_argv(
-    spec: dict[str, Any],
+    spec: JobSpec,
     attempt_dir: Path,
     argv: list[str],
     who: RunAs | None,
     cgroup: Path | None = None,
 ) -> list[str]:
-    stop = spec.get("stop") or {}
-    limits = spec.get("limits") or {}
     cmd = [
         sys.executable,
         "-I",  # the job's PYTHONPATH (a json.py in its tree...) must not reach the shim
@@ -167,13 +186,13 @@ def shim_argv(
         "--attempt-dir",
         str(attempt_dir),
         "--grace",
-        str(stop.get("grace", 30)),
+        str(spec.stop.grace),
         "--stop-signal",
-        str(stop.get("signal", "SIGTERM")),
+        spec.stop.signal,
         "--max-log-bytes",
-        str(limits.get("log_max_bytes", 256 * 1024 * 1024)),
+        str(spec.limits.log_max_bytes),
         "--cwd",
-        str(spec.get("cwd") or "."),
+        spec.cwd,
     ]
     if who is not None:
         groups = ",".join(str(g) for g in who.groups)

@@ -14,27 +14,29 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from rsup.supervisor.core.job import Job
+from rsup.supervisor.core.spec import JobSpec, PreflightSpec
 from rsup.supervisor.effects import launch, yolojob
 from rsup.supervisor.effects.paths import Layout
 from rsup.supervisor.effects.procwait import signal_if_same, wait_exit
-from rsup.supervisor.effects.store import Job
 from rsup.supervisor.recognize.classify import diagnose_file
 from rsup.workers import constants as C
 
 
 def wanted(job: Job) -> bool:
-    return bool(job.spec.get("preflight")) and not job.overrides.get("preflight_ok")
+    return job.spec.preflight is not None and not job.plan.preflight_passed
 
 
-def preflight_spec(job: Job, folder: Path) -> dict[str, Any]:
-    spec = dict(job.spec)
-    pre = spec.pop("preflight") or {}
-    if spec.get("kind") == "ultralytics":
-        train = {**(spec.get("train") or {}), **(pre.get("train") or {})}
-        spec["train"] = {**train, "project": str(folder / "runs"), "name": "preflight"}
-    elif pre.get("command"):
-        spec["command"] = list(pre["command"])
-    return spec
+def preflight_spec(job: Job, folder: Path) -> JobSpec:
+    """The job's spec with the preflight's train keys or command in place."""
+    pre = job.spec.preflight or PreflightSpec()
+    update: dict[str, Any] = {"preflight": None}
+    if job.kind == "ultralytics":
+        train = {**(job.spec.train or {}), **(pre.train or {})}
+        update["train"] = {**train, "project": str(folder / "runs"), "name": "preflight"}
+    elif pre.command:
+        update["command"] = list(pre.command)
+    return job.spec.model_copy(update=update)
 
 
 async def run(job: Job, layout: Layout, base_env: dict[str, str]) -> tuple[bool, str]:
@@ -44,19 +46,19 @@ async def run(job: Job, layout: Layout, base_env: dict[str, str]) -> tuple[bool,
     folder.mkdir(parents=True)
     spec = preflight_spec(job, folder)
     who = launch.run_as(job.owner_uid)
-    argv = launch.job_argv(spec, folder)
+    argv = launch.job_argv(spec, folder, job.batch, job.workers)
     extra = {C.ENV_JOB: job.name, C.ENV_ATTEMPT: "preflight", C.ENV_ATTEMPT_DIR: str(folder),
              C.ENV_EVENTS_FILE: str(folder / C.EVENTS_JSONL), "PYTHONPATH": str(layout.pylib),
-             **job.overrides.get("env", {})}  # fmt: skip
+             **job.plan.env}  # fmt: skip
     if job.device == "cpu":
         extra["CUDA_VISIBLE_DEVICES"] = extra["HIP_VISIBLE_DEVICES"] = ""
-    if spec.get("kind") == "ultralytics":
+    if spec.kind == "ultralytics":
         yolojob.write_config(
             folder, dataclasses.replace(job, spec=spec, drills=[]), folder, job.device
         )
     pid = launch.start_shim(launch.shim_argv(spec, folder, argv, who),
                             launch.job_env(base_env, spec, extra, who))  # fmt: skip
-    timeout = float((job.spec.get("preflight") or {}).get("timeout", 600))
+    timeout = (job.spec.preflight or PreflightSpec()).timeout
     return await _conclude(folder, pid, launch.start_time(pid), timeout)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+from rsup.workers.proctree import stat_fields as stat_fields
+
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -26,17 +28,6 @@ def _children(pid: int) -> list[int]:
         except (OSError, ValueError):
             continue
     return kids
-
-
-def stat_fields(pid: int) -> list[bytes] | None:
-    """Fields of /proc/<pid>/stat after the command name (which may hold spaces); None when
-    the process is gone. fields[0] is the state (field 3 in proc(5))."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    return raw[raw.rindex(b")") + 2 :].split()
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -10,7 +10,7 @@ import signal
 from rsup.supervisor.effects.launch import alive_as
 
 
-async def wait_exit(pid: int, started: int | None, poll: float = 1.0) -> None:
+async def wait_exit(pid: int, started: int | None) -> None:
     """Return once `pid` (identified by its start time) has exited; reap it if it is ours."""
     try:
         fd = os.pidfd_open(pid)

@@ -12,16 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 from rsup.supervisor.core import policy
+from rsup.supervisor.core import step as core
+from rsup.supervisor.core.conclude import Evidence
+from rsup.supervisor.core.job import Attempt, Job
 from rsup.supervisor.core.states import JobState
 from rsup.supervisor.effects import devices, launch, yolojob
 from rsup.supervisor.effects.cgroups import AttemptCgroups
 from rsup.supervisor.effects.launch import RunAs
-from rsup.supervisor.effects.outcome import build_outcome, describe, history_for, limits_for
 from rsup.supervisor.effects.paths import Layout
 from rsup.supervisor.effects.procwait import kill_marked, kill_tree, signal_if_same, wait_exit
-from rsup.supervisor.effects.store import Attempt, Job, Store
+from rsup.supervisor.effects.store import Store
 from rsup.supervisor.effects.watcher import AttemptMonitor, OutputListener
-from rsup.supervisor.probe import probing
+from rsup.supervisor.recognize import kernlog
 from rsup.supervisor.recognize.remedies import miopen_cache_env
 from rsup.workers import constants as C
 
@@ -32,13 +34,6 @@ log = structlog.get_logger("rsupd")
 S = JobState
 SHIM_READY_WAIT = 10.0  # seconds a just-launched shim gets to take charge of its job
 SHIM_SLACK = 30.0  # beyond the stop grace, before rsupd kills a stuck shim's job itself
-NEXT_STATE = {
-    policy.SUCCEED: S.SUCCEEDED,
-    policy.FAIL: S.FAILED,
-    policy.STOP: S.STOPPED,
-    policy.RESTART: S.BACKOFF,
-    policy.REPROBE: S.BACKOFF,
-}
 
 
 class AttemptRunner:
@@ -75,16 +70,15 @@ class AttemptRunner:
         adir = self.layout.attempt_dir(self.job, n)
         adir.mkdir(parents=True, exist_ok=True)
         who = launch.run_as(job.owner_uid)
-        spec = _with_overrides(job.spec, job.overrides)
-        argv = launch.job_argv(spec, adir)
-        extra = {**self._attempt_env(n, adir, job.device), **job.overrides.get("env", {})}
+        spec = job.spec
+        argv = launch.job_argv(spec, adir, job.batch, job.workers)
+        extra = {**self._attempt_env(n, adir, job), **job.plan.env}
         env = launch.job_env(base_env, spec, extra, who)
         self._prepare(adir, job, who)
         attempt = Attempt(self.job, n, str(adir), time.time())
         self.store.add_attempt(attempt)
         self.store.update_job(self.job, attempts=n)
-        memory = (spec.get("limits") or {}).get("memory")
-        cgroup = self.cgroups.create(self.job, n, memory) if self.cgroups else None
+        cgroup = self.cgroups.create(self.job, n, spec.limits.memory) if self.cgroups else None
         pid = launch.start_shim(launch.shim_argv(spec, adir, argv, who, cgroup), env)
         attempt.shim_pid, attempt.shim_start_time = pid, launch.start_time(pid)
         self.store.update_attempt(
@@ -97,11 +91,12 @@ class AttemptRunner:
             argv=argv,
             device=job.device,
             shim_pid=pid,
-            overrides=job.overrides,
+            overrides=job.plan.changes(),  # what rsup changed from the spec: the plan
         )
         return attempt
 
-    def _attempt_env(self, n: int, adir: Path, device: str | None) -> dict[str, str]:
+    def _attempt_env(self, n: int, adir: Path, job: Job) -> dict[str, str]:
+        device = job.device
         env = {
             C.ENV_JOB: self.job,
             C.ENV_ATTEMPT: str(n),
@@ -110,6 +105,11 @@ class AttemptRunner:
             C.ENV_DEVICE: device or "cpu",
             "PYTHONPATH": str(self.layout.pylib),  # put in front of the job's own
         }
+        if job.kind != "ultralytics":  # the knobs in force ({batch}, {workers} in argv)
+            if job.batch is not None:
+                env[C.ENV_BATCH] = str(job.batch)
+            if job.workers is not None:
+                env[C.ENV_WORKERS] = str(job.workers)
         if device != "cpu":  # kernels compiled once are reused by every later attempt
             env.update(miopen_cache_env(self.layout.root))
         if device == "cpu":
@@ -121,7 +121,7 @@ class AttemptRunner:
 
     def _prepare(self, adir: Path, job: Job, who: RunAs | None) -> None:
         (adir / C.EVENTS_JSONL).touch()
-        if job.spec.get("kind") == "ultralytics":
+        if job.kind == "ultralytics":
             last_good = self.layout.job_dir(self.job) / "last-good"
             last_good.mkdir(parents=True, exist_ok=True)
             yolojob.write_config(adir, job, last_good, job.device)
@@ -131,11 +131,12 @@ class AttemptRunner:
 
     # running -------------------------------------------------------------
 
-    async def supervise(self, control: Control) -> tuple[JobState, str, int]:
+    async def supervise(self, control: Control) -> core.Step | tuple[JobState, str]:
+        """Watch the attempt to its end; the step that ends it (not yet stored)."""
         attempt = self.store.last_attempt(self.job)
         assert attempt is not None  # RUNNING/STOPPING always has one
-        if attempt.processed:  # rsupd died after deciding but before moving on
-            return self._apply_stored(attempt)
+        if attempt.processed:
+            return self.applied(attempt)
         self.monitor = AttemptMonitor(self.store, self.job, attempt, self.output_listeners)
         watch = asyncio.get_running_loop().create_task(self.monitor.run())
         try:
@@ -175,8 +176,7 @@ class AttemptRunner:
         sig = signal.SIGUSR1 if control.force or for_hang else signal.SIGTERM
         await self._shim_ready(attempt, ended)
         signal_if_same(attempt.shim_pid, attempt.shim_start_time, sig)
-        grace = float((job.spec.get("stop") or {}).get("grace", 30))
-        await asyncio.wait({ended}, timeout=grace + SHIM_SLACK)
+        await asyncio.wait({ended}, timeout=job.spec.stop.grace + SHIM_SLACK)
         if not ended.done():
             self._kill_orphaned(attempt, "the shim did not finish stopping the job")
             await ended
@@ -208,93 +208,72 @@ class AttemptRunner:
 
     # ending --------------------------------------------------------------
 
-    def _finish(self, attempt: Attempt) -> tuple[JobState, str, int]:
+    def _finish(self, attempt: Attempt) -> core.Step:
         adir = Path(attempt.dir)
         exit_data = launch.exit_info(adir)
         if exit_data is None:
             self._kill_orphaned(attempt, "the shim died without writing exit.json")
         folder = self._cgroup(attempt)
+        oom_kills = 0
         if folder is not None:
-            exit_data = {**(exit_data or {}), "cgroup_oom_kills": AttemptCgroups.oom_kills(folder)}
+            oom_kills = AttemptCgroups.oom_kills(folder)
+            exit_data = {**(exit_data or {}), "cgroup_oom_kills": oom_kills}
             AttemptCgroups.kill(folder)  # nothing of this attempt may outlive it
             AttemptCgroups.remove(folder)
         job = self.store.get_job(self.job)
         assert job is not None and self.monitor is not None
-        outcome = build_outcome(job, attempt, exit_data, self.monitor)
-        history = history_for(job, outcome, self.monitor)
-        decision = policy.decide(outcome, history, limits_for(job.spec))
-        self._record(job.name, attempt, exit_data, outcome, history, decision)
-        return self._apply(decision, attempt.n)
-
-    def _record(
-        self,
-        name: str,
-        attempt: Attempt,
-        exit_data: dict[str, Any] | None,
-        outcome: policy.Outcome,
-        history: policy.History,
-        decision: policy.Decision,
-    ) -> None:
-        job = self.store.get_job(name)
-        assert job is not None
-        fault = None if outcome.category == C.NONE else outcome.category
-        overrides = {**job.overrides, **decision.overrides}
-        if decision.action == policy.REPROBE:
-            overrides["reprobe"] = True
-        if fault in policy.GPU_CATEGORIES:
-            probing.invalidate(self.layout, job.device)
-        self.store.update_attempt(
-            name,
-            attempt.n,
-            ended=time.time(),
+        ended = core.Ended(
+            n=attempt.n,
+            evidence=self._evidence(job, attempt, exit_data, oom_kills),
             exit=exit_data,
-            fault=fault,
-            outcome=json.dumps(decision.as_event()),
-            processed=1,
+            reports_progress=self.monitor.progress_seen,
+            stop_reason=self.stop_reason,
         )
-        self.store.update_job(
-            name,
-            restarts=decision.restarts,
-            stalled=history.stalled,
-            overrides=overrides,
-            failures=history.failures,
-            same_fault=history.same_category,
-            last_fault=fault or job.last_fault,
-            next_start_at=time.time() + decision.delay,
-            device=overrides.get("device", job.device),
-        )
-        self.store.emit(name, attempt.n, "attempt_ended", exit=exit_data, category=outcome.category)
-        self.store.emit(name, attempt.n, "decision", **decision.as_event())
+        return core.attempt_ended(job, ended, time.time())
 
-    def _apply_stored(self, attempt: Attempt) -> tuple[JobState, str, int]:
+    def _evidence(
+        self, job: Job, attempt: Attempt, exit_data: dict[str, Any] | None, oom_kills: int
+    ) -> Evidence:
+        """What the attempt left behind, for core.conclude to judge."""
+        monitor = self.monitor
+        assert monitor is not None
+        data = exit_data or {}
+        sig = data.get("signal")
+        stopped = bool(data.get("stop_requested")) or job.state == S.STOPPING
+        oom_line = None
+        if oom_kills:
+            oom_line = f"memory.events: oom_kill {oom_kills} (the attempt's cgroup)"
+        elif sig == signal.SIGKILL and not stopped:
+            oom_line = kernlog.oom_kill(attempt.started, float(data.get("ended") or time.time()))
+        ranks = monitor.ranks
+        hang_rank = monitor.hang_rank.describe() if monitor.hang_rank else None
+        return Evidence(
+            diagnosis=monitor.diagnosis(),
+            exit_code=data.get("exit_code"),
+            signal=sig,
+            recorded=bool(exit_data),
+            ran_for=float(data.get("duration") or 0.0),
+            stop_requested=stopped,
+            oom_line=oom_line,
+            hang=monitor.hang_verdict,
+            hang_rank=hang_rank,
+            rank_failure=ranks.first_failure() if ranks is not None else None,
+            torchrun=ranks is not None,
+            drills_fired=tuple(monitor.drills_fired),
+            advanced=monitor.advanced,
+            completed=monitor.completed if job.kind == "ultralytics" else None,
+        )
+
+    def applied(self, attempt: Attempt) -> tuple[JobState, str]:
+        """An attempt processed by an rsupd older than one-transaction ends (its decision
+        stored, its state move not): finish the move the stored decision asked for."""
         try:
             stored = json.loads(attempt.outcome or "")
-            decision = policy.Decision(stored["action"], stored["reason"], stored["delay"])
+            action, reason = stored["action"], stored["reason"]
         except (ValueError, KeyError, TypeError):
-            decision = policy.Decision(policy.RESTART, "resuming after an rsupd restart")
-        return self._apply(decision, attempt.n)
-
-    def _apply(self, decision: policy.Decision, n: int) -> tuple[JobState, str, int]:
+            action, reason = policy.RESTART, "resuming after an rsupd restart"
+        state = core.NEXT_STATE.get(action, S.BACKOFF)
         job = self.store.get_job(self.job)
-        assert job is not None
-        state = NEXT_STATE[decision.action]
-        reason = decision.reason
-        if job.state == S.STOPPING and state not in (S.SUCCEEDED, S.FAILED):
+        if job is not None and job.state == S.STOPPING and state not in (S.SUCCEEDED, S.FAILED):
             state = S.STOPPED
-            reason = self.stop_reason or reason
-        if state in (S.BACKOFF, S.FAILED) and decision.evidence:
-            reason = describe(n, decision.evidence, decision, job.progress)
-        return state, reason, n
-
-
-def _with_overrides(spec: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    if not overrides:
-        return spec
-    spec = dict(spec)
-    train = dict(spec.get("train") or {})
-    for key in ("batch", "workers"):
-        if key in overrides:
-            train[key] = overrides[key]
-    if train:
-        spec["train"] = train
-    return spec
+        return state, reason

@@ -1,20 +1,37 @@
-"""State in SQLite (WAL): jobs, attempts, events. The daemon's memory across restarts."""
+"""State in SQLite (WAL): jobs, attempts, events. The daemon's memory across restarts.
+
+Every change that belongs together commits together: `with store.tx():` nests, and only
+the outermost block commits. A state move is its row and its `state_changed` event; the
+end of an attempt is its attempt row, the job row (plan, counters, state) and its events
+(effects.engine). Listeners (journald, metrics, tests) hear an event only once it is
+committed, so nothing is announced that a crash could take back.
+
+Crash injection (tests only): RSUP_CRASH_AT=<label>:<k> kills this process with SIGKILL
+just before the k-th write of a transaction labelled <label>, or, with k = `commit`,
+right after it commits and before anything is carried out.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import structlog
+from rsup.supervisor.core.errors import StateError
+from rsup.supervisor.core.job import Attempt, Job
+from rsup.supervisor.core.plan import Plan
+from rsup.supervisor.core.spec import JobSpec
 from rsup.supervisor.core.states import JobState, check_transition
 
 log = structlog.get_logger("rsupd")
+CRASH_ENV = "RSUP_CRASH_AT"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -34,9 +51,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     device TEXT,
     last_fault TEXT,
     progress TEXT,
-    overrides TEXT NOT NULL DEFAULT '{}',
+    plan TEXT NOT NULL DEFAULT '{}',
     drills TEXT NOT NULL DEFAULT '[]',
-    hang_timeout REAL
+    hang_timeout REAL,
+    resume_to TEXT
 );
 CREATE TABLE IF NOT EXISTS attempts (
     job TEXT NOT NULL,
@@ -82,11 +100,14 @@ JOB_COLUMNS = [
     "device",
     "last_fault",
     "progress",
-    "overrides",
+    "plan",
     "drills",
     "hang_timeout",
+    "resume_to",
 ]
-JSON_JOB_COLUMNS = {"spec", "progress", "overrides", "drills"}
+JSON_JOB_COLUMNS = {"progress", "drills"}
+# Columns added since the first release: (name, declaration), added to an older state.db.
+ADDED_COLUMNS = (("plan", "TEXT NOT NULL DEFAULT '{}'"), ("resume_to", "TEXT"))
 ATTEMPT_COLUMNS = [
     "job",
     "n",
@@ -103,49 +124,6 @@ ATTEMPT_COLUMNS = [
 ]
 
 
-class StateError(RuntimeError):
-    """state.db cannot be opened or used; the message says how to recover."""
-
-
-@dataclass
-class Job:
-    name: str
-    owner_uid: int
-    spec: dict[str, Any]
-    state: JobState
-    reason: str = ""
-    created: float = 0.0
-    updated: float = 0.0
-    attempts: int = 0
-    restarts: int = 0
-    stalled: int = 0
-    failures: int = 0
-    same_fault: int = 0
-    next_start_at: float | None = None
-    device: str | None = None
-    last_fault: str | None = None
-    progress: dict[str, Any] | None = None
-    overrides: dict[str, Any] = field(default_factory=dict)
-    drills: list[dict[str, Any]] = field(default_factory=list)
-    hang_timeout: float | None = None
-
-
-@dataclass
-class Attempt:
-    job: str
-    n: int
-    dir: str
-    started: float
-    ended: float | None = None
-    shim_pid: int | None = None
-    shim_start_time: int | None = None
-    job_pid: int | None = None
-    exit: dict[str, Any] | None = None
-    outcome: str | None = None
-    fault: str | None = None
-    processed: int = 0
-
-
 EventListener = Callable[[dict[str, Any]], None]
 
 
@@ -155,12 +133,18 @@ class Store:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.listeners: list[EventListener] = []
+        self._depth = 0  # nesting of tx(); only the outermost commits
+        self._label: str | None = None
+        self._writes = 0
+        self._pending: list[dict[str, Any]] = []  # events heard once their tx commits
+        self._crash = _crash_point(os.environ.get(CRASH_ENV))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(str(path), isolation_level=None)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
+            self._migrate()
         except (sqlite3.Error, OSError) as exc:
             raise StateError(
                 f"cannot use state database {path}: {exc}. Nothing was changed. "
@@ -168,26 +152,59 @@ class Store:
                 f"aside (the job folders next to it keep every attempt's output) and start again."
             ) from exc
 
+    def _migrate(self) -> None:
+        have = {row[1] for row in self.db.execute("PRAGMA table_info(jobs)")}
+        for name, declaration in ADDED_COLUMNS:
+            if name not in have:
+                self.db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {declaration}")
+                if name == "plan" and "overrides" in have:  # the untyped dict before it
+                    self.db.execute("UPDATE jobs SET plan = overrides")
+
     def close(self) -> None:
         self.db.close()
 
     @contextmanager
-    def tx(self) -> Iterator[sqlite3.Connection]:
+    def tx(self, label: str | None = None) -> Iterator[sqlite3.Connection]:
+        """One transaction; nested blocks join the outermost, which commits (or not) all."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield self.db
+            finally:
+                self._depth -= 1
+            return
         self.db.execute("BEGIN IMMEDIATE")
+        self._depth, self._label, self._writes = 1, label, 0
         try:
             yield self.db
         except BaseException:
+            self._depth, self._pending = 0, []
             self.db.execute("ROLLBACK")
             raise
+        self._depth = 0
         self.db.execute("COMMIT")
+        self._crash_if(label, "commit")
+        pending, self._pending = self._pending, []
+        for record in pending:
+            self._announce(record)
+
+    def _write(self, sql: str, params: Any = ()) -> None:
+        """Every write goes through here, inside a tx (the crash-injection points)."""
+        self._writes += 1
+        self._crash_if(self._label, str(self._writes))
+        self.db.execute(sql, params)
+
+    def _crash_if(self, label: str | None, point: str) -> None:
+        if self._crash is not None and label is not None and self._crash == (label, point):
+            os.kill(os.getpid(), signal.SIGKILL)
 
     # jobs ---------------------------------------------------------------
 
     def add_job(self, job: Job) -> None:
         values = [_dump_job_value(c, getattr(job, c)) for c in JOB_COLUMNS]
         marks = ",".join("?" for _ in JOB_COLUMNS)
-        with self.tx() as db:
-            db.execute(f"INSERT INTO jobs ({','.join(JOB_COLUMNS)}) VALUES ({marks})", values)
+        with self.tx():
+            self._write(f"INSERT INTO jobs ({','.join(JOB_COLUMNS)}) VALUES ({marks})", values)
 
     def get_job(self, name: str) -> Job | None:
         row = self.db.execute(
@@ -205,28 +222,28 @@ class Store:
         fields["updated"] = time.time()
         sets = ",".join(f"{k}=?" for k in fields)
         values = [_dump_job_value(k, v) for k, v in fields.items()]
-        with self.tx() as db:
-            db.execute(f"UPDATE jobs SET {sets} WHERE name=?", [*values, name])
+        with self.tx():
+            self._write(f"UPDATE jobs SET {sets} WHERE name=?", [*values, name])
 
     def delete_job(self, name: str) -> None:
-        with self.tx() as db:
+        with self.tx():
             for table, column in (("jobs", "name"), ("attempts", "job"), ("events", "job")):
-                db.execute(f"DELETE FROM {table} WHERE {column}=?", (name,))
+                self._write(f"DELETE FROM {table} WHERE {column}=?", (name,))
 
     def move(self, name: str, new: JobState, reason: str, attempt: int | None = None) -> Job:
-        """The one way a job changes state: checked, stored, logged and emitted as an event."""
+        """The one way a job changes state: checked, then its row and its `state_changed`
+        event in one transaction (joining the caller's, when there is one)."""
         job = self.get_job(name)
         if job is None:
             raise KeyError(name)
         old = job.state
         check_transition(name, old, new)
-        now = time.time()
-        with self.tx() as db:
-            db.execute(
+        with self.tx("move"):
+            self._write(
                 "UPDATE jobs SET state=?, reason=?, updated=? WHERE name=?",
-                (new.value, reason, now, name),
+                (new.value, reason, time.time(), name),
             )
-        self.emit(name, attempt, "state_changed", old=old.value, new=new.value, reason=reason)
+            self.emit(name, attempt, "state_changed", old=old.value, new=new.value, reason=reason)
         job.state, job.reason = new, reason
         return job
 
@@ -235,16 +252,16 @@ class Store:
     def add_attempt(self, attempt: Attempt) -> None:
         values = [_dump_attempt_value(c, getattr(attempt, c)) for c in ATTEMPT_COLUMNS]
         marks = ",".join("?" for _ in ATTEMPT_COLUMNS)
-        with self.tx() as db:
-            db.execute(
+        with self.tx():
+            self._write(
                 f"INSERT INTO attempts ({','.join(ATTEMPT_COLUMNS)}) VALUES ({marks})", values
             )
 
     def update_attempt(self, job: str, n: int, **fields: Any) -> None:
         sets = ",".join(f"{k}=?" for k in fields)
         values = [_dump_attempt_value(k, v) for k, v in fields.items()]
-        with self.tx() as db:
-            db.execute(f"UPDATE attempts SET {sets} WHERE job=? AND n=?", [*values, job, n])
+        with self.tx():
+            self._write(f"UPDATE attempts SET {sets} WHERE job=? AND n=?", [*values, job, n])
 
     def attempt(self, job: str, n: int) -> Attempt | None:
         row = self.db.execute(
@@ -275,24 +292,28 @@ class Store:
     # events -------------------------------------------------------------
 
     def emit(self, job: str, attempt: int | None, event: str, **fields: Any) -> dict[str, Any]:
-        """Store one event, log it, and hand it to the listeners (journald, tests)."""
+        """Store one event; log it and hand it to the listeners once it is committed."""
         ts = time.time()
-        with self.tx() as db:
-            db.execute(
+        record = {"ts": ts, "job": job, "attempt": attempt, "event": event, **fields}
+        with self.tx():
+            self._write(
                 "INSERT INTO events (ts, job, attempt, event, fields) VALUES (?,?,?,?,?)",
                 (ts, job, attempt, event, json.dumps(fields, default=str)),
             )
-        record = {"ts": ts, "job": job, "attempt": attempt, "event": event, **fields}
-        log.info(event, job=job, attempt=attempt, **fields)
+            self._pending.append(record)
+        return record
+
+    def _announce(self, record: dict[str, Any]) -> None:
+        fields = {k: v for k, v in record.items() if k not in ("ts", "job", "attempt", "event")}
+        log.info(record["event"], job=record["job"], attempt=record["attempt"], **fields)
         for listener in self.listeners:
             listener(record)
-        return record
 
     def prune_events(self, job: str, below: int, kept: tuple[str, ...]) -> None:
         """Delete the events of attempts 2..below-1 except those of the `kept` kinds."""
         marks = ",".join("?" * len(kept))
-        with self.tx() as db:
-            db.execute(
+        with self.tx():
+            self._write(
                 f"DELETE FROM events WHERE job = ? AND attempt > 1 AND attempt < ? "
                 f"AND event NOT IN ({marks})",
                 (job, below, *kept),
@@ -310,9 +331,20 @@ class Store:
         ]
 
 
+def _crash_point(value: str | None) -> tuple[str, str] | None:
+    if not value or ":" not in value:
+        return None
+    label, point = value.split(":", 1)
+    return label, point
+
+
 def _dump_job_value(column: str, value: Any) -> Any:
-    if column == "state" and isinstance(value, JobState):
+    if isinstance(value, JobState):
         return value.value
+    if column == "spec":
+        return value.model_dump_json() if isinstance(value, JobSpec) else json.dumps(value)
+    if column == "plan":
+        return json.dumps(value.to_json() if isinstance(value, Plan) else (value or {}))
     if column in JSON_JOB_COLUMNS:
         return None if value is None else json.dumps(value)
     return value
@@ -323,7 +355,10 @@ def _job_from_row(row: tuple[Any, ...]) -> Job:
     for column in JSON_JOB_COLUMNS:
         if values[column] is not None:
             values[column] = json.loads(values[column])
+    values["spec"] = JobSpec.model_validate_json(values["spec"])
+    values["plan"] = Plan.from_json(json.loads(values["plan"] or "{}"))
     values["state"] = JobState(values["state"])
+    values["resume_to"] = JobState(values["resume_to"]) if values["resume_to"] else None
     return Job(**values)
 
 

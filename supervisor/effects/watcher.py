@@ -14,14 +14,14 @@ from typing import Any
 import structlog
 from rsup.supervisor.core import budget
 from rsup.supervisor.core.hang import HangConfig, HangDetector, HangVerdict
+from rsup.supervisor.core.job import Attempt, Job
 from rsup.supervisor.core.slowdown import SlowdownWatch
-from rsup.supervisor.core.spec import parse_duration
 from rsup.supervisor.effects import devices, launch
 from rsup.supervisor.effects.follow import Follower
 from rsup.supervisor.effects.inotify import dir_watch
 from rsup.supervisor.effects.proctime import tree_cpu
 from rsup.supervisor.effects.procwait import signal_if_same, wait_event
-from rsup.supervisor.effects.store import Attempt, Store
+from rsup.supervisor.effects.store import Store
 from rsup.supervisor.recognize import kernlog, ranks
 from rsup.supervisor.recognize.classify import Diagnosis, LiveClassifier
 from rsup.workers import constants as C
@@ -82,8 +82,8 @@ class AttemptMonitor:
         self.last_progress_write = 0.0
         self.progress_unsaved = False
         record = store.get_job(job) or _missing(job)
-        self.kind = record.spec.get("kind", "command")
-        self.detector = HangDetector(_hang_config(record.spec, store, job), time.monotonic())
+        self.kind = record.kind
+        self.detector = HangDetector(_hang_config(record), time.monotonic())
         self.ranks = ranks.tracker_for(record.spec, self.detector.config)  # torchrun only
         self.hang_rank: ranks.RankHang | None = None
         self.drills = [d for d in record.drills if not d.get("fired")]
@@ -407,14 +407,13 @@ def _eta(record: dict[str, Any]) -> float | None:
     return float(round(float(seconds) * max(0, int(epochs) - int(epoch)), 1))  # type: ignore[arg-type]
 
 
-def _hang_config(spec: dict[str, Any], store: Store, job: str) -> HangConfig:
-    hang = spec.get("hang") or {}
-    record = store.get_job(job)
+def _hang_config(job: Job) -> HangConfig:
+    hang = job.spec.hang
     return HangConfig(
-        timeout=parse_duration(hang.get("timeout", 1800)),
-        startup_timeout=parse_duration(hang.get("startup_timeout", 3600)),
-        hard_factor=float(hang.get("hard_limit_factor", 3.0)),
-        adapted=record.hang_timeout if record else None,
+        timeout=hang.timeout,
+        startup_timeout=hang.startup_timeout,
+        hard_factor=hang.hard_limit_factor,
+        adapted=job.hang_timeout,
     )
 
 

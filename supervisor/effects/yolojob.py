@@ -7,17 +7,18 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rsup.supervisor.effects.store import Job
+from rsup.supervisor.core.job import Job
+from rsup.supervisor.core.spec import JobSpec
 
 YOLO_JSON = "yolo.json"
 DRILLS_JSON = "drills.json"
 WORKER_OVERRIDES = ("batch", "workers", "device")
 
 
-def run_dir(spec: dict[str, Any], job_name: str) -> Path:
+def run_dir(spec: JobSpec, job_name: str) -> Path:
     """project/name: the spec's when it names them, else <cwd>/runs/<job name>."""
-    train = spec.get("train") or {}
-    cwd = Path(spec.get("cwd") or ".")
+    train = spec.train or {}
+    cwd = Path(spec.cwd)
     project = Path(train["project"]) if train.get("project") else cwd / "runs"
     if not project.is_absolute():
         project = cwd / project
@@ -28,14 +29,14 @@ def write_config(adir: Path, job: Job, last_good: Path, device: str | None) -> P
     """Write <attempt>/yolo.json atomically and return its path."""
     spec = job.spec
     target = run_dir(spec, job.name)
-    overrides = {k: v for k, v in job.overrides.items() if k in WORKER_OVERRIDES}
+    overrides = {k: v for k, v in job.plan.changes().items() if k in WORKER_OVERRIDES}
     if device == "cpu" or overrides.get("device") == "cpu":
         overrides["device"] = "cpu"
     elif device is not None and device != "auto":
         overrides.setdefault("device", "0")  # the chosen GPU is the only one visible
-    train = {k: v for k, v in (spec.get("train") or {}).items() if k not in ("project", "name")}
+    train = {k: v for k, v in (spec.train or {}).items() if k not in ("project", "name")}
     config = {
-        "train": _absolute_paths(train, Path(spec.get("cwd") or ".")),
+        "train": _absolute_paths(train, Path(spec.cwd)),
         "project": str(target.parent),
         "name": target.name,
         "overrides": overrides,

@@ -6,10 +6,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rsup.supervisor.core.spec import parse_duration
+from rsup.supervisor.core.job import Job
+from rsup.supervisor.core.states import JobState
 from rsup.supervisor.effects import launch
 from rsup.supervisor.effects.paths import Layout
-from rsup.supervisor.effects.store import Job
 from rsup.supervisor.probe.config import load_timeouts
 from rsup.supervisor.probe.ladder import ProbeSetup, VerdictCache, probe_device
 
@@ -24,10 +24,10 @@ class ProbeOutcome:
 
 def wants_probe(job: Job, device: str) -> bool:
     """Probe before a GPU run; on cpu only when the spec adds its own stages to check."""
-    probe = job.spec.get("probe") or {}
-    if not probe.get("enabled", True):
+    probe = job.spec.probe
+    if not probe.enabled:
         return False
-    return device != "cpu" or bool(probe.get("extra_stages"))
+    return device != "cpu" or bool(probe.extra_stages)
 
 
 async def probe_for(
@@ -37,18 +37,17 @@ async def probe_for(
     base_env: dict[str, str],
     daemon_stages: tuple[str, ...] = (),
 ) -> ProbeOutcome:
-    probe = job.spec.get("probe") or {}
-    overrides = {k: parse_duration(v) for k, v in (probe.get("timeouts") or {}).items()}
+    probe = job.spec.probe
     setup = ProbeSetup(
         device=_torch_device(device),
         python=launch.interpreter(job.spec),
-        env={**base_env, **{k: str(v) for k, v in (job.spec.get("env") or {}).items()}},
-        stage_files=(*daemon_stages, *(probe.get("extra_stages") or ())),
+        env={**base_env, **job.spec.env},
+        stage_files=(*daemon_stages, *probe.extra_stages),
         timeouts=load_timeouts(),
-        overrides=overrides,
+        overrides=dict(probe.timeouts),
         pylib=layout.ensure_pylib(),
     )
-    refresh = bool(job.overrides.get("reprobe"))
+    refresh = job.resume_to == JobState.PROBING  # a re-probe after a GPU fault: no cache
     report = await probe_device(setup, layout.root, refresh=refresh, now=time.time())
     return _conclude(job, device, report.to_dict(), report.usable, report.env)
 
@@ -61,7 +60,7 @@ def _conclude(
     if usable or (device == "cpu" and failed is None):
         extra = f" with {', '.join(f'{k}={v}' for k, v in env.items())}" if env else ""
         return ProbeOutcome(device, dict(env), f"probe: {report['verdict']}{extra}", report)
-    if (job.spec.get("fallback") or {}).get("cpu", True) and device != "cpu":
+    if job.spec.fallback.cpu and device != "cpu":
         return ProbeOutcome(
             "cpu", {}, f"probe: the GPU cannot be trusted ({where}); using the cpu", report
         )

@@ -24,7 +24,7 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +32,18 @@ from rsup.supervisor.effects.paths import Layout
 from rsup.supervisor.probe.config import ProbeConfigError as ProbeConfigError
 from rsup.supervisor.probe.config import ProbeTimeouts, load_timeouts
 from rsup.supervisor.probe.config import parse_timeout_overrides as parse_timeout_overrides
+from rsup.supervisor.probe.results import CPU as CPU
+from rsup.supervisor.probe.results import FAILED as FAILED
+from rsup.supervisor.probe.results import GPU as GPU
+from rsup.supervisor.probe.results import GPU_WITH_REMEDIES as GPU_WITH_REMEDIES
+from rsup.supervisor.probe.results import OK as OK
+from rsup.supervisor.probe.results import SKIPPED as SKIPPED
+from rsup.supervisor.probe.results import STATUSES, single_verdict
+from rsup.supervisor.probe.results import TIMEOUT as TIMEOUT
+from rsup.supervisor.probe.results import ProbeReport as ProbeReport
+from rsup.supervisor.probe.results import StageResult as StageResult
 from rsup.workers import proctree
 from rsup.workers.probe import normalize_device, plan_stages
-
-OK, FAILED, TIMEOUT, SKIPPED = "ok", "failed", "timeout", "skipped"
-STATUSES = (OK, FAILED, TIMEOUT, SKIPPED)
-GPU, GPU_WITH_REMEDIES, CPU = "gpu", "gpu_with_remedies", "cpu"
 
 STDERR_KEEP = 40  # stderr lines kept while the probe runs
 STDERR_QUOTE = 10  # of those, quoted in the error of a killed or crashed stage
@@ -45,80 +51,6 @@ LINE_LIMIT = 4 << 20
 EXIT_GRACE = 5.0  # seconds the probe gets to exit after closing stdout
 DRAIN_GRACE = 2.0  # seconds to read the rest of stderr once the group is dead
 GROUP_GRACE = 10.0  # seconds the killed group gets to finish dying
-
-
-@dataclass(frozen=True)
-class StageResult:
-    """One stage: status ok|failed|timeout|skipped, seconds, error text and details."""
-
-    name: str
-    status: str
-    seconds: float
-    error: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-    crashed: bool = False  # the probe process died during this stage
-
-    @property
-    def failed(self) -> bool:
-        return self.status in (FAILED, TIMEOUT)
-
-    @property
-    def how(self) -> str:
-        """How it went wrong, in remedies.yaml's words: timeout, crash or failed."""
-        return "crash" if self.status == FAILED and self.crashed else self.status
-
-
-@dataclass
-class ProbeReport:
-    """What a probe (or a ladder of probes) found about one device."""
-
-    device: str
-    stages: list[StageResult]
-    verdict: str  # gpu | gpu_with_remedies | cpu
-    env: dict[str, str] = field(default_factory=dict)  # remedy env the verdict needs
-    remedies: list[str] = field(default_factory=list)  # ids of the remedies applied
-    flags: dict[str, bool] = field(default_factory=dict)  # e.g. grad_checkpoint_unsafe
-    python: str = ""
-    seconds: float = 0.0
-    pid: int | None = None  # the last probe process (and process group)
-    cached: bool = False
-    rungs: list[dict[str, Any]] = field(default_factory=list)  # the ladder's trials
-
-    @property
-    def ok(self) -> bool:
-        return not any(s.failed for s in self.stages)
-
-    @property
-    def usable(self) -> bool:
-        return self.verdict in (GPU, GPU_WITH_REMEDIES)
-
-    @property
-    def info(self) -> dict[str, Any]:
-        """The detect stage's details: vendor, name, arch, driver, torch/hip/cuda versions."""
-        found = self.stage("detect")
-        return dict(found.details) if found and found.status == OK else {}
-
-    def stage(self, name: str) -> StageResult | None:
-        return next((s for s in self.stages if s.name == name), None)
-
-    def first_failure(self) -> StageResult | None:
-        return next((s for s in self.stages if s.failed), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def to_json(self, indent: int | None = None) -> str:
-        return json.dumps(self.to_dict(), indent=indent, sort_keys=True, default=str)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ProbeReport:
-        stages = [StageResult(**s) for s in data.get("stages", [])]
-        return cls(**{**data, "stages": stages})
-
-
-def single_verdict(device: str, ok: bool) -> str:
-    """The verdict of one probe: gpu when every stage passed on a GPU; cpu otherwise."""
-    return GPU if ok and device != "cpu" else CPU
 
 
 # --- the child ---------------------------------------------------------------------

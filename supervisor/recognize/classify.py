@@ -25,18 +25,28 @@ is dropped.
 from __future__ import annotations
 
 import re
-import signal as signals
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
+from rsup.supervisor.recognize.diagnosis import Diagnosis as Diagnosis
+from rsup.supervisor.recognize.diagnosis import Finding as Finding
+from rsup.supervisor.recognize.exitcodes import classify_exit as classify_exit
 from rsup.supervisor.recognize.signatures import (
     CATEGORY_PRIORITY,
     Catalogue,
     Signature,
     default_catalogue,
     trigger_words,
+)
+from rsup.supervisor.recognize.tracebacks import (
+    CHAIN_MARKERS,
+    EXCEPTION,
+    FRAME,
+    IDLE,
+    TB_HEADER,
+    Tracebacks,
+    is_failure_exception,
 )
 from rsup.workers import constants as C
 
@@ -46,54 +56,15 @@ CUT_MARK = b" [...] "
 TEXT_MAX = 500  # characters of a line kept in a finding
 EVIDENCE_MAX = 10
 HITS_MAX = 1000
-FRAMES_MAX = 1000  # lines of one traceback's frames before it counts as cut off
 
 # Ultralytics epoch lines ("  3/100  2.61G  1.234 ...") and plain "Epoch 3/100" lines.
 _PROGRESS = rb" {0,40}(?:\d+/\d+ +\d+(?:\.\d+)?G +\d|[Ee]poch[ :]+\[?\d+ ?/ ?\d+)"
 _PROGRESS_SEGMENT = re.compile(_PROGRESS)
 _PROGRESS_REGION = re.compile(rb"(?:^|(?<=\r))" + _PROGRESS, re.M)
 
-_TB_HEADER = b"Traceback (most recent call last)"
-_CHAIN_MARKERS = (
-    b"During handling of the above exception",
-    b"The above exception was the direct cause",
-)
 _RANK_PREFIX = re.compile(rb"(?:\[(?:rank|default)\d+\]: ?)+")  # torchrun --tee, then torch's own
-_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?::\s|:?\s*$)")
-_NOT_FAILURES = ("KeyboardInterrupt", "SystemExit", "GeneratorExit")
 _UNKNOWN_MEANING = "The job raised a Python exception that no signature recognises."
 _UNKNOWN_ACTION = "Restart with backoff until max_attempts."
-
-_IDLE, _FRAMES, _LINK = "idle", "frames", "link"
-_PLAIN, _FRAME, _EXCEPTION = "plain", "frame", "exception"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """A fatal line, reported as soon as it is complete."""
-
-    signature: str
-    category: str
-    line: int
-    text: str
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """The root cause of a log. Evidence is (line, text); line 0 means outside the log."""
-
-    category: str
-    signature: str | None = None
-    evidence: list[tuple[int, str]] = field(default_factory=list)
-    line: int | None = None
-    remedy: str | None = None
-    meaning: str | None = None
-    action: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The `rsup diagnose --json` document."""
-        evidence = [{"line": n, "text": t} for n, t in self.evidence]
-        return {**asdict(self), "evidence": evidence}
 
 
 @dataclass
@@ -106,39 +77,6 @@ class _Hit:
     active: bool = True
 
 
-class _Tracebacks:
-    """Where each segment stands in Python traceback output."""
-
-    def __init__(self) -> None:
-        self.state = _IDLE
-        self.chain = 0
-        self.frames = 0
-
-    def step(self, body: bytes) -> str:
-        """The role of this segment (with any rank prefix removed): plain, frame, exception."""
-        if _TB_HEADER in body:
-            chained = self.state == _LINK or body.lstrip().startswith(b"Original ")
-            if not chained or self.chain == 0:
-                self.chain += 1
-            self.state, self.frames = _FRAMES, 0
-            return _FRAME
-        if any(marker in body for marker in _CHAIN_MARKERS):
-            self.state = _LINK
-            return _FRAME
-        if self.state == _FRAMES:
-            self.frames += 1
-            if self.frames > FRAMES_MAX:  # a cut-off traceback: what follows is not frames
-                self.state = _IDLE
-            elif not body.strip() or body[:1] in b" \t":
-                return _FRAME
-            else:
-                self.state = _IDLE
-                return _EXCEPTION
-        if self.state == _LINK and body.strip():
-            self.state = _IDLE
-        return _PLAIN
-
-
 class LiveClassifier:
     """Classifies a job's output fed in chunks of any size, as the file grows."""
 
@@ -147,11 +85,11 @@ class LiveClassifier:
         self._fatal = sorted((s for s in cat.signatures if s.fatal), key=lambda s: -s.priority)
         self._benign = [s for s in cat.signatures if not s.fatal]
         self._words, self._words_ci, self._every_line = trigger_words(
-            self._fatal, cat.anchors, (_TB_HEADER, *_CHAIN_MARKERS)
+            self._fatal, cat.anchors, (TB_HEADER, *CHAIN_MARKERS)
         )
         self._groups = _groups(self._fatal, self._words, self._words_ci)
         self._keywordless = {i for i, s in enumerate(self._fatal) if not s.keywords}
-        self._tb = _Tracebacks()
+        self._tb = Tracebacks()
         self._hits: list[_Hit] = []
         self._lines = 0  # "\n" seen so far
         self._pending = b""  # the unterminated segment, when short
@@ -244,7 +182,7 @@ class LiveClassifier:
         finder = _Finder(region, self._words, self._words_ci)
         pos, size = 0, len(region)
         while pos < size:
-            if self._tb.state == _IDLE and not self._every_line:
+            if self._tb.state == IDLE and not self._every_line:
                 hit = finder.next(pos)
                 start = size if hit < 0 else max(pos, region.rfind(b"\n", pos, hit) + 1)
                 self._skip(region, pos, start)
@@ -283,10 +221,10 @@ class LiveClassifier:
         role = self._tb.step(body)
         if self._want_progress and _PROGRESS_SEGMENT.match(body):
             self.note_progress()
-        if role == _FRAME:
+        if role == FRAME:
             return
         signature = self._match(body)
-        chain = self._tb.chain if role == _EXCEPTION else None
+        chain = self._tb.chain if role == EXCEPTION else None
         if signature is not None:
             self._add(signature, segment, chain, out)
         elif chain is not None:
@@ -323,7 +261,7 @@ class LiveClassifier:
 
     def _add_unknown_exception(self, body: bytes, segment: bytes, chain: int) -> None:
         text = body.decode("utf-8", "replace")
-        if not _EXCEPTION_LINE.match(text) or text.startswith(_NOT_FAILURES):
+        if not is_failure_exception(text):
             return
         finding = Finding("", C.UNKNOWN, self._lines + 1, _text(segment))
         self._store(_Hit(finding, None, CATEGORY_PRIORITY[C.UNKNOWN], chain, survivable=True))
@@ -436,64 +374,3 @@ def _diagnose(chunks: Iterable[bytes], catalogue: Catalogue | None, progress: bo
         classifier.feed(chunk)
     classifier.close()
     return classifier.verdict()
-
-
-_EXIT_REMEDY = {
-    C.SEGFAULT_ABORT: "Run the job with PYTHONFAULTHANDLER=1 to see where it crashed.",
-    C.HOST_OOM: "Lower `workers` or the batch size, disable dataset caching, or add RAM.",
-}
-_CRASH_SIGNALS = {signals.SIGSEGV, signals.SIGABRT, signals.SIGBUS, signals.SIGILL, signals.SIGFPE}
-
-
-def classify_exit(
-    diagnosis: Diagnosis,
-    exit_code: int | None,
-    signal: int | None,
-    *,
-    stop_requested: bool = False,
-    oom_evidence: str | None = None,
-) -> Diagnosis:
-    """Complete a log's diagnosis with how the process ended, when the log says nothing.
-
-    Exit 0 is `none`. A crash signal (SEGV, ABRT, BUS, ILL, FPE) is `segfault_abort`.
-    SIGKILL that nobody asked for is `host_oom` only with `oom_evidence` (a kernel log
-    line, a cgroup oom_kill count), else `unknown`. A shell's 128+N and Python's -N
-    exit codes count as signal N.
-    """
-    number = _signal_number(exit_code, signal)
-    if number is None and exit_code == 0:
-        return Diagnosis(category=C.NONE)
-    known = diagnosis.category not in (C.NONE, C.UNKNOWN)
-    if known or stop_requested or (number is None and exit_code is None):
-        return diagnosis
-    if number in _CRASH_SIGNALS:
-        return _from_exit(diagnosis, C.SEGFAULT_ABORT, f"the job was killed by {_name(number)}")
-    if number == signals.SIGKILL:
-        sender = "(sender unknown: no kernel OOM evidence)"
-        detail = oom_evidence or f"the job was killed by SIGKILL {sender}"
-        return _from_exit(diagnosis, C.HOST_OOM if oom_evidence else C.UNKNOWN, detail)
-    status = f"signal {_name(number)}" if number is not None else f"status {exit_code}"
-    return _from_exit(diagnosis, C.UNKNOWN, f"the job exited with {status}")
-
-
-def _signal_number(exit_code: int | None, signal: int | None) -> int | None:
-    if signal:
-        return signal
-    if exit_code is not None and exit_code < 0:
-        return -exit_code
-    if exit_code is not None and 128 < exit_code <= 128 + 64:
-        return exit_code - 128
-    return None
-
-
-def _name(number: int) -> str:
-    names = {s.value: s.name for s in signals.Signals}
-    return names.get(number, str(number))
-
-
-def _from_exit(diagnosis: Diagnosis, category: str, detail: str) -> Diagnosis:
-    evidence = [*diagnosis.evidence, (0, detail)]
-    if diagnosis.category == C.UNKNOWN and category == C.UNKNOWN:
-        return replace(diagnosis, evidence=evidence)
-    meaning = detail[0].upper() + detail[1:] + "."
-    return Diagnosis(category, None, evidence, None, _EXIT_REMEDY.get(category), meaning, None)

@@ -24,38 +24,31 @@ time, so a stopped or stuck rank is found even while its peers spin in a collect
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
-from array import array
-from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rsup.supervisor.core.hang import HangConfig, HangDetector, HangVerdict
-from rsup.supervisor.effects.proctime import stat_fields
-from rsup.supervisor.recognize.classify import (
-    Diagnosis,
-    LiveClassifier,
-    classify_exit,
-    diagnose_text,
-)
+from rsup.supervisor.recognize.agentreport import AgentReport, WorkerExit
+from rsup.supervisor.recognize.classify import LiveClassifier, diagnose_text
+from rsup.supervisor.recognize.diagnosis import Diagnosis
+from rsup.supervisor.recognize.errorfiles import ErrorFile, read_error_files
+from rsup.supervisor.recognize.exitcodes import classify_exit
+from rsup.supervisor.recognize.linemap import LineMap
 from rsup.workers import constants as C
+from rsup.workers.proctree import stat_fields
+
+if TYPE_CHECKING:
+    from rsup.supervisor.core.spec import JobSpec
 
 LOG_DIR = "torchrun"  # torchrun's --log-dir, under the attempt folder
 PREFIX_TEMPLATE = "[rank${rank}]:"
 _LINE_PREFIX = re.compile(rb"\[rank(\d+)\]:")
 _MORE_PREFIXES = re.compile(rb"(?:\[(?:rank|default)\d+\]: ?)+")
-_AGENT_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
-_FIELD_RANK = re.compile(r"^\s+rank\s*: (\d+) \(local_rank: (\d+)\)")
-_FIELD_EXIT = re.compile(r"^\s+exitcode\s*: (-?\d+) \(pid: (\d+)\)")
-_FIELD_TRACE = re.compile(r"^\s+traceback\s*: (.*)")
-_BLOCK_END = re.compile(r"^(?:-{8,}|={8,}|\[\d+\]:\s*$)")
-_ROOT_HEADER = "Root Cause (first observed failure):"
-LINE_MAP_MAX = 1 << 20  # rank-line to output.log-line runs kept; older ones are dropped
 GONE_STATES = frozenset("ZXx")
 SOURCES = ("torchrun", "agent", "error_file", "output")  # by the order of first_failure
 CLOCK_TICKS = float(os.sysconf("SC_CLK_TCK"))
@@ -109,16 +102,6 @@ class RankHang:
         return f"rank {self.rank} (pid {self.pid}){stopped}: {self.verdict.describe()}{also}"
 
 
-@dataclass(frozen=True)
-class ErrorFile:
-    """One rank's TORCHELASTIC_ERROR_FILE."""
-
-    local_rank: int
-    timestamp: int | None
-    message: str
-    callstack: str
-
-
 class _Who(NamedTuple):
     rank: int | None  # global
     local_rank: int | None
@@ -133,45 +116,9 @@ class _Look(NamedTuple):
 
 
 @dataclass
-class _Exit:
-    """One failed worker as the agent reported it."""
-
-    local_rank: int
-    rank: int | None = None
-    exitcode: int | None = None
-    pid: int | None = None
-    text: str = ""
-    root: bool = False
-
-
-class _LineMap:
-    """A rank's line numbers mapped to output.log's, stored as runs of consecutive lines."""
-
-    def __init__(self) -> None:
-        self.starts, self.targets = array("Q"), array("Q")
-        self.count = 0
-
-    def add(self, global_line: int) -> None:
-        self.count += 1
-        if not self.starts or global_line - self.targets[-1] != self.count - self.starts[-1]:
-            if len(self.starts) >= LINE_MAP_MAX:
-                half = LINE_MAP_MAX // 2
-                del self.starts[:half], self.targets[:half]
-            self.starts.append(self.count)
-            self.targets.append(global_line)
-
-    def lookup(self, line: int | None) -> int | None:
-        """output.log's line for the rank's `line`; None when unknown or dropped."""
-        if not line:
-            return None
-        i = bisect_right(self.starts, line) - 1
-        return None if i < 0 else self.targets[i] + line - self.starts[i]
-
-
-@dataclass
 class _Rank:
     classifier: LiveClassifier
-    lines: _LineMap = field(default_factory=_LineMap)
+    lines: LineMap = field(default_factory=LineMap)
     pid: int | None = None
     start_time: int | None = None
     detector: HangDetector | None = None
@@ -184,14 +131,11 @@ class RankTracker:
     def __init__(self, hang: HangConfig | None = None, single_node: bool = True) -> None:
         self.hang, self.single_node = hang, single_node
         self.ranks: dict[int, _Rank] = {}
-        self.exits: list[_Exit] = []
-        self.agent_failed: _Exit | None = None  # the last `failed (exitcode ...)` line
+        self.agent = AgentReport()
         self.errors: list[ErrorFile] = []
         self.local_to_global: dict[int, int] = {}
         self._pending = b""
         self._line = 0  # complete lines of output.log seen
-        self._in_root = False
-        self._current: _Exit | None = None
 
     # output ---------------------------------------------------------------------
 
@@ -220,33 +164,9 @@ class RankTracker:
         return self.ranks[rank]
 
     def _agent_line(self, text: str) -> None:
-        failed = _AGENT_FAILED.search(text)
-        if failed:
-            code, local, pid = (int(g) for g in failed.groups())
-            self.agent_failed = _Exit(local, exitcode=code, pid=pid)
-        elif _ROOT_HEADER in text:
-            self._in_root = True
-        elif text.startswith("Failures:"):
-            self._in_root = False
-        elif (rank := _FIELD_RANK.match(text)) is not None:
-            global_rank, local = int(rank.group(1)), int(rank.group(2))
-            self._current = _Exit(local, global_rank, root=self._in_root)
-            self.local_to_global[local] = global_rank
-            self.exits.append(self._current)
-        elif self._current is not None:
-            self._exit_field(text)
-
-    def _exit_field(self, text: str) -> None:
-        current = self._current
-        assert current is not None
-        if _BLOCK_END.match(text):
-            self._current = None
-        elif (code := _FIELD_EXIT.match(text)) is not None:
-            current.exitcode, current.pid = int(code.group(1)), int(code.group(2))
-        elif (trace := _FIELD_TRACE.match(text)) is not None:
-            current.text = trace.group(1).strip()
-        elif current.text and text.strip() and not text.startswith("    "):
-            current.text = text.strip()  # the exception line that ends the traceback
+        opened = self.agent.feed(text)
+        if opened is not None and opened.rank is not None:
+            self.local_to_global[opened.local_rank] = opened.rank
 
     # events and files -----------------------------------------------------------------
 
@@ -296,11 +216,11 @@ class RankTracker:
         # call the peer the root cause; the victim rule below then prefers the killed one.
         offers: list[tuple[_Who, tuple[Any, ...]]] = [
             (_Who(ex.rank, ex.local_rank), (0, 0 if ex.root else 1))
-            for ex in self.exits
+            for ex in self.agent.exits
             if ex.root or ex.exitcode not in (None, 0)
         ]
-        if self.agent_failed is not None:
-            offers.append((self._who_local(self.agent_failed.local_rank), (1,)))
+        if self.agent.failed is not None:
+            offers.append((self._who_local(self.agent.failed.local_rank), (1,)))
         for err in self.errors:
             who = self._who_local(err.local_rank)
             offers.append((who, (2, err.timestamp or 0, self._root_line(who.rank) or 1 << 62)))
@@ -311,7 +231,7 @@ class RankTracker:
         return offers
 
     def _failure(self, who: _Who, source: str, victim: bool) -> RankFailure:
-        ex = self._exit_of(who)
+        ex = self.agent.exit_of(who.rank, who.local_rank)
         diagnosis = self._diagnosis(who, ex)
         state = self.ranks.get(who.rank) if who.rank is not None else None
         return RankFailure(
@@ -326,7 +246,7 @@ class RankTracker:
             victim=victim,
         )
 
-    def _diagnosis(self, who: _Who, ex: _Exit | None) -> Diagnosis:
+    def _diagnosis(self, who: _Who, ex: WorkerExit | None) -> Diagnosis:
         """The rank's own output, else its error file, completed by how its process ended."""
         diagnosis = Diagnosis(C.NONE)
         if who.rank in self.ranks:
@@ -340,21 +260,10 @@ class RankTracker:
 
     def _victim(self, who: _Who) -> bool:
         """A rank that failed only because a peer did, or because the agent stopped it."""
-        ex = self._exit_of(who)
+        ex = self.agent.exit_of(who.rank, who.local_rank)
         if ex is not None and ex.exitcode == -signal.SIGTERM:
             return True
         return self._diagnosis(who, ex).category == C.NCCL_DISTRIBUTED
-
-    def _exit_of(self, who: _Who) -> _Exit | None:
-        """How the agent saw this rank's process end, when it said so."""
-        for ex in reversed(self.exits):
-            same = ex.rank == who.rank if who.rank is not None else ex.local_rank == who.local_rank
-            if same:
-                return ex
-        failed = self.agent_failed
-        if failed is not None and who.local_rank == failed.local_rank:
-            return failed
-        return None
 
     def _who_local(self, local_rank: int) -> _Who:
         rank = self.local_to_global.get(local_rank)
@@ -413,7 +322,7 @@ def _strip_prefixes(raw: bytes) -> bytes:
     return raw[more.end() :] if more else raw
 
 
-def _why(diagnosis: Diagnosis, ex: _Exit | None) -> str:
+def _why(diagnosis: Diagnosis, ex: WorkerExit | None) -> str:
     """The failing line (the rank's own, else torchrun's report) and how the process ended."""
     texts = dict(diagnosis.evidence)
     text = texts.get(diagnosis.line, "").strip() if diagnosis.line else ""
@@ -421,63 +330,10 @@ def _why(diagnosis: Diagnosis, ex: _Exit | None) -> str:
         text = ex.text  # torchrun's "Signal 9 (SIGKILL) received by PID n" says no more
     if not text and diagnosis.evidence and diagnosis.category != C.UNKNOWN:
         text = diagnosis.evidence[-1][1]
-    how = _how_it_ended(ex)
+    how = ex.how_it_ended() if ex is not None else ""
     if text and how:
         return f"{text} ({how})"
     return text or how or "no error message"
-
-
-def _how_it_ended(ex: _Exit | None) -> str:
-    if ex is None or ex.exitcode is None:
-        return ""
-    if ex.exitcode < 0:
-        try:
-            name = signal.Signals(-ex.exitcode).name
-        except ValueError:
-            name = f"signal {-ex.exitcode}"
-        return f"killed by {name}, pid {ex.pid}"
-    return f"exit code {ex.exitcode}, pid {ex.pid}"
-
-
-def read_error_files(log_dir: Path) -> list[ErrorFile]:
-    """The error.json files of the last torchrun round under `log_dir`, by local rank."""
-    rounds = [p for p in log_dir.glob("*/attempt_*") if p.name[8:].isdigit()]
-    if not rounds:
-        return []
-    last = max(rounds, key=lambda p: int(p.name[8:]))
-    found = []
-    for path in sorted(last.glob("*/error.json")):
-        if path.parent.name.isdigit():
-            parsed = _error_file(path, int(path.parent.name))
-            if parsed is not None:
-                found.append(parsed)
-    return found
-
-
-def _error_file(path: Path, local_rank: int) -> ErrorFile | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    message = data.get("message") if isinstance(data, dict) else None
-    if isinstance(message, str):
-        return ErrorFile(local_rank, _int(data.get("timestamp")), message, "")
-    if not isinstance(message, dict):
-        return None
-    extra = message.get("extraInfo") or {}
-    return ErrorFile(
-        local_rank,
-        _int(extra.get("timestamp")),
-        str(message.get("message", "")),
-        str(extra.get("py_callstack", "")),
-    )
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def sample_process(pid: int) -> ProcSample:
@@ -489,12 +345,11 @@ def sample_process(pid: int) -> ProcSample:
     return ProcSample(cpu, fields[0].decode("ascii", "replace"), int(fields[19]))
 
 
-def tracker_for(spec: dict[str, Any], hang: HangConfig) -> RankTracker | None:
+def tracker_for(spec: JobSpec, hang: HangConfig) -> RankTracker | None:
     """A tracker for a torchrun job (one node's ranks); None for other kinds."""
-    if spec.get("kind") != "torchrun":
+    if spec.kind != "torchrun":
         return None
-    nnodes = str((spec.get("torchrun") or {}).get("nnodes", 1))
-    return RankTracker(hang, single_node=nnodes in ("1", "1:1"))
+    return RankTracker(hang, single_node=spec.torchrun.nnodes in ("1", "1:1"))
 
 
 def with_rank(

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from rsup.supervisor.core.spec import SpecError, spec_from_json
+from rsup.supervisor.core.spec import JobSpec, SpecError, spec_from_json
 from rsup.supervisor.effects.engine import Engine, EngineError
 from rsup.supervisor.effects.profiles import ProfileError, load_profile
 from rsup.supervisor.surfaces import report, views
@@ -106,12 +106,12 @@ class Api:
 
     async def start(self, request: dict[str, Any], uid: int) -> Any:
         if "spec" in request:
-            spec = spec_from_json(request["spec"]).model_dump(mode="json")
+            spec = spec_from_json(request["spec"])
         else:
             spec = self._own(request, uid).spec
-        if spec.get("env_profile"):
+        if spec.env_profile:
             try:
-                load_profile(str(spec["env_profile"]))
+                load_profile(spec.env_profile)
             except ProfileError as exc:
                 raise ApiError(str(exc), 2) from None
         owner = _owner_for(spec, uid)
@@ -208,8 +208,8 @@ def _may_see(owner: int, uid: int) -> bool:
     return uid == 0 or owner == uid
 
 
-def _owner_for(spec: dict[str, Any], uid: int) -> int:
-    user = spec.get("user")
+def _owner_for(spec: JobSpec, uid: int) -> int:
+    user = spec.user
     if not user:
         return uid
     if uid != 0:

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from rsup.supervisor.core.job import Job
 from rsup.supervisor.core.states import JobState
 from rsup.supervisor.effects import devices
 from rsup.supervisor.effects.procwait import wait_event
-from rsup.supervisor.effects.store import Job, Store
+from rsup.supervisor.effects.store import Store
 
 log = structlog.get_logger("rsupd")
 

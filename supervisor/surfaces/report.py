@@ -8,19 +8,20 @@ turn it into a picture; matplotlib is imported only then, with the Agg canvas.
 from __future__ import annotations
 
 import base64
-import datetime as dt
-import html
 import io
 import itertools
 import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from rsup.supervisor.effects.store import Attempt, Store
+from rsup.supervisor.core.job import Attempt
+from rsup.supervisor.effects.store import Store
+from rsup.supervisor.surfaces.report_page import html_page, title
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from rsup.supervisor.core.spec import JobSpec
 
 # Bands alternate between two shades of their device's colour: adjacent attempts always
 # differ, and a move to another device (the CPU above all) changes the hue.
@@ -113,12 +114,12 @@ def _progress(events: Rows, unit: str, t0: float) -> Rows:
     return points
 
 
-def _total(events: Rows, spec: dict[str, Any]) -> float | None:
+def _total(events: Rows, spec: JobSpec) -> float | None:
     found = [e["epochs"] for e in events if isinstance(e.get("epochs"), int | float)]
     found += [e["steps"] for e in events if isinstance(e.get("steps"), int | float)]
     if found:
         return float(found[-1])
-    epochs = (spec.get("train") or {}).get("epochs")
+    epochs = (spec.train or {}).get("epochs")
     return float(epochs) if isinstance(epochs, int | float) else None
 
 
@@ -238,7 +239,7 @@ def draw_html(data: dict[str, Any], path: Path) -> None:
     buffer = io.BytesIO()
     draw_png(data, buffer)
     png = base64.b64encode(buffer.getvalue()).decode("ascii")
-    _write(path, _html_page(data, png).encode("utf-8"))
+    _write(path, html_page(data, png).encode("utf-8"))
 
 
 def write_report(data: dict[str, Any], png: Path | None, page: Path | None) -> list[Path]:
@@ -292,25 +293,12 @@ def _figure(data: dict[str, Any]) -> Figure:
     ax.set_xlabel(f"wall time since submission ({unit})")
     ax.set_ylabel(data["unit"])
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title(_title(data), loc="left", fontsize=11)
+    ax.set_title(title(data), loc="left", fontsize=11)
     _bands(ax, data, div)
     _series(ax, data, div)
     _marks(ax, data, div)
     _legend(fig, data)
     return fig
-
-
-def _title(data: dict[str, Any]) -> str:
-    parts = [_count(len(data["attempts"]), "attempt"), _count(len(data["faults"]), "fault")]
-    if data["last"] is not None:
-        total = f"/{data['total']:g}" if data["total"] else ""
-        parts.append(f"{data['unit']} {data['last']:g}{total}")
-    parts.append(f"{_clock(data['span'])} wall")
-    return f"job {data['job']}: {data['state']}, " + ", ".join(parts)
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _bands(ax: Axes, data: dict[str, Any], div: float) -> None:
@@ -378,58 +366,3 @@ def _legend(fig: Figure, data: dict[str, Any]) -> None:
     handles += [Patch(facecolor=c, label=f"on {_device_name(d)}") for d, c in devices.items()]
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 7), fontsize=9,
                frameon=False)  # fmt: skip
-
-
-# HTML -------------------------------------------------------------------------
-
-
-def _html_page(data: dict[str, Any], png: str) -> str:
-    name = html.escape(data["job"])
-    t0 = float(data["t0"])
-    attempts = [[f"#{a['n']}", a["device"], _when(t0 + a["start"]), _when(t0 + a["end"]),
-                 _clock(a["end"] - a["start"]), _exit(a), a["fault"] or "", a["decision"] or ""]
-                for a in data["attempts"]]  # fmt: skip
-    faults = [[_clock(f["t"]), f"#{f['attempt']}", f["category"], f["detail"]]
-              for f in data["faults"]]  # fmt: skip
-    decisions = [[_clock(d["t"]), f"#{d['attempt']}", d["label"], d["reason"]]
-                 for d in data["decisions"]]  # fmt: skip
-    return "\n".join([
-        "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>rsup report: {name}</title>",
-        "<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;"
-        "margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left;"
-        "vertical-align:top}img{max-width:100%}</style></head><body>",
-        f"<h1>{html.escape(_title(data))}</h1>",
-        f"<p>{html.escape(data['reason'])}; submitted {_when(t0)}</p>",
-        f'<img alt="run of {name}" src="data:image/png;base64,{png}">',
-        "<h2>Attempts</h2>",
-        _table(["attempt", "device", "started", "ended", "ran", "exit", "fault", "decision"],
-               attempts),
-        "<h2>Faults</h2>", _table(["at", "attempt", "category", "evidence"], faults),
-        "<h2>Decisions</h2>", _table(["at", "attempt", "action", "reason"], decisions),
-        "</body></html>", "",
-    ])  # fmt: skip
-
-
-def _table(head: list[str], rows: list[list[Any]]) -> str:
-    cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows
-    )
-    return f"<table><tr>{cells}</tr>{body or '<tr><td>none</td></tr>'}</table>"
-
-
-def _exit(attempt: dict[str, Any]) -> str:
-    if attempt["signal"]:
-        return f"signal {attempt['signal']}"
-    return "" if attempt["exit_code"] is None else f"code {attempt['exit_code']}"
-
-
-def _when(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _clock(seconds: float) -> str:
-    """+H:MM:SS (hours past 24 kept: a 72-hour run reads 72:00:00)."""
-    whole = round(max(seconds, 0.0))
-    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"

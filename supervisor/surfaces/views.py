@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rsup.supervisor.core import budget
+from rsup.supervisor.core.job import Attempt, Job
 from rsup.supervisor.effects import launch, retention
 from rsup.supervisor.effects.cgroups import isolation_mode
-from rsup.supervisor.effects.store import Attempt, Job
 from rsup.workers import constants as C
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ def job_view(engine: Engine, job: Job) -> dict[str, Any]:
         "name": job.name,
         "state": job.state.value,
         "reason": job.reason,
-        "kind": job.spec.get("kind", "command"),
+        "kind": job.kind,
         "attempts": job.attempts,
         "pid": pid,
         "device": job.device,
@@ -40,7 +40,7 @@ def job_view(engine: Engine, job: Job) -> dict[str, Any]:
         "created": job.created,
         "updated": job.updated,
         "next_start_at": job.next_start_at if job.state.value == "backoff" else None,
-        "overrides": job.overrides,
+        "overrides": job.plan.changes(),  # what rsup changed from the spec (the plan)
         "isolation": isolation_mode(),
         **_spent(engine, job, last).as_dict(),
         "since": round(time.time() - job.updated, 1),

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rsup.supervisor.core.job import Attempt, Job
+from rsup.supervisor.core.spec import JobSpec
 from rsup.supervisor.core.states import JobState
-from rsup.supervisor.effects.store import Attempt, Job, Store
+from rsup.supervisor.effects.store import Store
 from rsup.supervisor.surfaces import metrics, report
 
 from tests.conftest import FIXTURES, kill_leftovers, write_spec
@@ -74,7 +76,7 @@ def fleet(tmp_path: Path) -> Store:
         Job(
             "thermal",
             1000,
-            {"name": "thermal"},
+            JobSpec(name="thermal", command=["x"]),
             JobState.RUNNING,
             "running",
             1.0,
@@ -86,7 +88,18 @@ def fleet(tmp_path: Path) -> Store:
     )
     for n, fault in enumerate(["gpu_memory_fault", "hang", "gpu_memory_fault", None], 1):
         store.add_attempt(Attempt("thermal", n, f"/a/{n}", float(n), fault=fault))
-    store.add_job(Job('odd"name', 0, {}, JobState.SUCCEEDED, "done", 3.0, 4.0, attempts=1))
+    store.add_job(
+        Job(
+            'odd"name',
+            0,
+            JobSpec(name="odd", command=["x"]),
+            JobState.SUCCEEDED,
+            "done",
+            3.0,
+            4.0,
+            attempts=1,
+        )
+    )
     store.add_attempt(Attempt('odd"name', 1, "/b/1", 3.0))
     return store
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from rsup.supervisor.core import policy
+from rsup.supervisor.core.conclude import Evidence
+from rsup.supervisor.core.job import Job
 from rsup.supervisor.core.policy import (
     FAIL,
     REPROBE,
@@ -21,9 +22,10 @@ from rsup.supervisor.core.policy import (
     Outcome,
     decide,
 )
+from rsup.supervisor.core.spec import JobSpec
 from rsup.supervisor.core.states import JobState
-from rsup.supervisor.effects.outcome import history_for
-from rsup.supervisor.effects.store import Job
+from rsup.supervisor.core.step import Ended, settle
+from rsup.supervisor.recognize.classify import Diagnosis
 from rsup.workers import constants as C
 
 LIMITS = Limits()
@@ -40,9 +42,20 @@ def first(category: str, **history: Any) -> Decision:
     return decide(crash(category), History(**{**base, **history}), LIMITS)
 
 
+def job_spec(fields: dict[str, Any]) -> JobSpec:
+    """A valid spec with the fields a test cares about."""
+    base: dict[str, Any] = {"name": "j", **fields}
+    if base.get("kind", "command") == "command":
+        base.setdefault("command", ["true"])
+    else:
+        base["train"] = {"model": "m.yaml", "data": "d.yaml", **base.get("train", {})}
+    return JobSpec.model_validate(base)
+
+
 @dataclass
 class Run:
-    """A job played attempt after attempt: history_for() in, decide(), stored as the engine does."""
+    """A job played attempt after attempt through the real step (core.step.settle), its
+    changes applied to the job as the engine stores them."""
 
     spec: dict[str, Any] = field(default_factory=lambda: {"kind": "command"})
     device: str = "0"
@@ -52,22 +65,16 @@ class Run:
     decisions: list[Decision] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.job = Job("j", 0, self.spec, JobState.RUNNING, device=self.device)
+        self.job = Job("j", 0, job_spec(self.spec), JobState.RUNNING, device=self.device)
 
     def end(self, outcome: Outcome) -> Decision:
         job = replace(self.job, attempts=self.job.attempts + 1)
-        monitor = SimpleNamespace(progress_seen=self.reports_progress)
-        history = history_for(job, outcome, monitor)  # type: ignore[arg-type]
-        decision = decide(outcome, history, self.limits)
-        fault = None if outcome.category == C.NONE else outcome.category
-        overrides = {**job.overrides, **decision.overrides}
-        self.job = replace(
-            job, restarts=decision.restarts, stalled=history.stalled, failures=history.failures,
-            same_fault=history.same_category, last_fault=fault or job.last_fault,
-            overrides=overrides, device=overrides.get("device", job.device),
-        )  # fmt: skip
-        self.decisions.append(decision)
-        return decision
+        evidence = Evidence(Diagnosis(outcome.category))  # unused: the outcome is given
+        ended = Ended(job.attempts, evidence, {}, reports_progress=self.reports_progress)
+        step = settle(job, ended, outcome, 1000.0, self.limits)
+        self.job = replace(job, **step.job)
+        self.decisions.append(step.decision)
+        return step.decision
 
     def crash(self, category: str, times: int = 1, **fields: Any) -> list[Decision]:
         return [self.end(crash(category, **fields)) for _ in range(times)]

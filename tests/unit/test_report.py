@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rsup.supervisor.core.job import Attempt, Job
+from rsup.supervisor.core.spec import JobSpec
 from rsup.supervisor.core.states import JobState
-from rsup.supervisor.effects.store import Attempt, Job, Store
+from rsup.supervisor.effects.store import Store
 from rsup.supervisor.surfaces import report
 
 np = pytest.importorskip("numpy")
@@ -38,7 +40,8 @@ def put(store: Store, hours: float, job: str, attempt: int | None, event: str, *
 def three_attempts(tmp_path: Path) -> Store:
     """Epochs 1-4 on GPU 0, a memory fault; resumed at 5, 5-6, a hang; 7-8 on the CPU."""
     store = Store(tmp_path / "state.db")
-    spec = {"name": "thermal", "kind": "ultralytics", "train": {"epochs": 8}}
+    train = {"model": "yolov8n.yaml", "data": "data.yaml", "epochs": 8}
+    spec = JobSpec(name="thermal", kind="ultralytics", train=train)
     store.add_job(Job("thermal", 1000, spec, JobState.SUCCEEDED, "done", T0, T0 + 10 * H))
     put(store, 0.0, "thermal", None, "job_submitted", owner_uid=1000)
     for n, device, start, end, fault in ATTEMPTS:
@@ -196,7 +199,9 @@ def test_report_data_marks(tmp_path: Path) -> None:
 
 def test_fault_seen_only_in_the_exit_status_is_marked_at_the_attempt_end(tmp_path: Path) -> None:
     store = Store(tmp_path / "state.db")
-    store.add_job(Job("cmd", 0, {"name": "cmd"}, JobState.FAILED, "gave up", T0, T0))
+    store.add_job(
+        Job("cmd", 0, JobSpec(name="cmd", command=["x"]), JobState.FAILED, "gave up", T0, T0)
+    )
     store.add_attempt(
         Attempt(
             "cmd",
@@ -221,7 +226,9 @@ def test_fault_seen_only_in_the_exit_status_is_marked_at_the_attempt_end(tmp_pat
 
 def test_a_running_job_reaches_now(tmp_path: Path) -> None:
     store = Store(tmp_path / "state.db")
-    store.add_job(Job("live", 0, {"name": "live"}, JobState.RUNNING, "running", T0, T0))
+    store.add_job(
+        Job("live", 0, JobSpec(name="live", command=["x"]), JobState.RUNNING, "running", T0, T0)
+    )
     store.add_attempt(Attempt("live", 1, "/a/1", T0 + 5))
     data = report.report_data(store, "live", now=T0 + 100)
     assert data["span"] == 100.0 and data["attempts"][0]["end"] == 100.0

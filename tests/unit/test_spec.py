@@ -200,7 +200,7 @@ BAD_CASES = [
         "name: demo\ncommand: [x]\ncolour: red\n",
         3,
         "colour",
-        "unknown key (allowed: after, checkpoint",
+        "unknown key (allowed: after, batch, checkpoint",
     ),
     (
         "name: demo\ncommand: [x]\nrestart: {max_attempts: 0}\n",

@@ -6,6 +6,9 @@ import itertools
 from pathlib import Path
 
 import pytest
+from rsup.supervisor.core.job import Attempt, Job
+from rsup.supervisor.core.plan import Plan
+from rsup.supervisor.core.spec import JobSpec
 from rsup.supervisor.core.states import (
     TERMINAL,
     TRANSITIONS,
@@ -13,7 +16,7 @@ from rsup.supervisor.core.states import (
     JobState,
     check_transition,
 )
-from rsup.supervisor.effects.store import Attempt, Job, Store
+from rsup.supervisor.effects.store import Store
 
 S = JobState
 ALLOWED = [(old, new) for old, targets in TRANSITIONS.items() for new in sorted(targets)]
@@ -65,7 +68,7 @@ def test_the_documented_happy_path_is_allowed() -> None:
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     store = Store(tmp_path / "state.db")
-    store.add_job(Job("thermal", 1000, {"name": "thermal", "command": ["x"]}, S.QUEUED))
+    store.add_job(Job("thermal", 1000, JobSpec(name="thermal", command=["x"]), S.QUEUED))
     return store
 
 
@@ -121,11 +124,12 @@ def test_events_come_oldest_first_with_their_fields(store: Store) -> None:
 
 
 def test_job_and_attempt_fields_round_trip(store: Store) -> None:
-    store.update_job("thermal", overrides={"batch": 8}, progress={"epoch": 3}, hang_timeout=42.0,
-                     last_fault="oom", same_fault=2)  # fmt: skip
+    store.update_job("thermal", plan=Plan(batch=8), progress={"epoch": 3}, hang_timeout=42.0,
+                     last_fault="oom", same_fault=2, resume_to=S.PROBING)  # fmt: skip
     job = store.get_job("thermal")
     assert job is not None
-    assert (job.overrides, job.progress, job.hang_timeout) == ({"batch": 8}, {"epoch": 3}, 42.0)
+    assert (job.plan, job.progress, job.hang_timeout) == (Plan(batch=8), {"epoch": 3}, 42.0)
+    assert job.resume_to == S.PROBING and job.batch == 8 and job.spec.name == "thermal"
     assert (job.last_fault, job.same_fault) == ("oom", 2)
     store.add_attempt(Attempt("thermal", 1, "/tmp/a1", 1.0))
     store.update_attempt("thermal", 1, exit={"exit_code": 1}, fault="oom", processed=1)

@@ -1,0 +1,101 @@
+"""Why an attempt ended: the one conclusion, drawn from all the evidence at once.
+
+The evidence is what the effects gathered when the attempt ended: the live classifier's
+diagnosis of output.log, the exit status the shim recorded, a kernel or cgroup OOM line,
+the first failing torchrun rank, the drills fired, a hang verdict and whether a stop was
+asked. Precedence, strongest first:
+
+1. no exit record: the shim died before recording one (`unknown`);
+2. a hang rsup detected (it killed the attempt for it): `hang`;
+3. a stop on request: whatever the log says, the attempt was stopped;
+4. the log's own root cause (a signature, or an unrecognised traceback);
+5. how the process ended: 0 is `none`; a crash signal is `segfault_abort`; SIGKILL with
+   an OOM line is `host_oom`; SIGKILL from the kill drill is named as such;
+6. for torchrun, the rank that failed first goes in front, and its own category wins
+   when it names one.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+
+from rsup.supervisor.core.hang import HangVerdict
+from rsup.supervisor.core.policy import Outcome
+from rsup.supervisor.recognize.diagnosis import Diagnosis
+from rsup.supervisor.recognize.exitcodes import classify_exit
+from rsup.supervisor.recognize.ranks import RankFailure, with_rank
+from rsup.workers import constants as C
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything known when an attempt ended; gathered by effects, judged here."""
+
+    diagnosis: Diagnosis  # the live classifier's verdict on output.log
+    exit_code: int | None = None
+    signal: int | None = None
+    recorded: bool = True  # the shim wrote exit.json
+    ran_for: float = 0.0
+    stop_requested: bool = False
+    oom_line: str | None = None  # kernel log or cgroup memory.events
+    hang: HangVerdict | None = None
+    hang_rank: str | None = None  # the hung torchrun rank, described
+    rank_failure: RankFailure | None = None
+    torchrun: bool = False
+    drills_fired: tuple[str, ...] = ()
+    advanced: bool = False
+    completed: bool | None = None  # None: the kind knows no completion beyond exit 0
+
+
+def conclude(ev: Evidence) -> Outcome:
+    """The category, signature and evidence lines of one ended attempt."""
+    if ev.hang is not None:  # rsup stopped it for the hang: not a stop on request
+        why = ev.hang_rank or ev.hang.describe()
+        return _outcome(ev, C.HANG, "hang", (why,), None, stopped=False)
+    if not ev.recorded:
+        died = ("the shim died before the job's exit was recorded",)
+        return _outcome(ev, C.UNKNOWN, ev.diagnosis.signature, died, ev.diagnosis.line)
+    oom = ev.oom_line if "kill" not in ev.drills_fired else None
+    diagnosis = classify_exit(
+        ev.diagnosis, ev.exit_code, ev.signal, stop_requested=ev.stop_requested, oom_evidence=oom
+    )
+    category, line = diagnosis.category, diagnosis.line
+    lines: tuple[str, ...] = tuple(text for _, text in diagnosis.evidence)
+    if ev.signal == signal.SIGKILL and "kill" in ev.drills_fired and category == C.UNKNOWN:
+        lines = ("SIGKILL sent by the kill drill (rsup inject)",)
+    failed = ev.exit_code not in (0, None) or ev.signal is not None
+    if ev.torchrun and not ev.stop_requested and failed:
+        category, lines, line = with_rank(ev.rank_failure, category, lines, line)
+    return _outcome(ev, category, diagnosis.signature, lines or _exit_words(ev), line)
+
+
+def _outcome(
+    ev: Evidence,
+    category: str,
+    signature: str | None,
+    lines: tuple[str, ...],
+    line: int | None,
+    stopped: bool | None = None,
+) -> Outcome:
+    return Outcome(
+        exit_code=ev.exit_code,
+        signal=ev.signal,
+        category=category,
+        signature=signature,
+        evidence=lines,
+        line=line,
+        stop_requested=ev.stop_requested if stopped is None else stopped,
+        ran_for=ev.ran_for,
+        advanced=ev.advanced,
+        completed=ev.completed,
+    )
+
+
+def _exit_words(ev: Evidence) -> tuple[str, ...]:
+    if ev.signal is not None:
+        try:
+            return (f"killed by {signal.Signals(ev.signal).name}",)
+        except ValueError:
+            return (f"killed by signal {ev.signal}",)
+    return (f"exit code {ev.exit_code}",) if ev.exit_code is not None else ()
