@@ -14,6 +14,7 @@ import structlog
 from rsup.supervisor.core import policy
 from rsup.supervisor.core import step as core
 from rsup.supervisor.core.conclude import Evidence
+from rsup.supervisor.core.escalation import ASK, KILL_TREE, Escalation
 from rsup.supervisor.core.job import Attempt, Job
 from rsup.supervisor.core.states import JobState
 from rsup.supervisor.effects import devices, launch, yolojob
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("rsupd")
 S = JobState
-SHIM_READY_WAIT = 10.0  # seconds a just-launched shim gets to take charge of its job
-SHIM_SLACK = 30.0  # beyond the stop grace, before rsupd kills a stuck shim's job itself
 
 
 class AttemptRunner:
@@ -169,32 +168,31 @@ class AttemptRunner:
     async def _stop_attempt(
         self, attempt: Attempt, control: Control, ended: asyncio.Future[None], for_hang: bool
     ) -> None:
+        """Carry out the stop escalation (core.escalation) until the attempt has ended."""
         job = self.store.get_job(self.job)
         assert job is not None
         if not for_hang and job.state == S.RUNNING:
             self.store.move(self.job, S.STOPPING, self.stop_reason or "stop requested", attempt.n)
-        sig = signal.SIGUSR1 if control.force or for_hang else signal.SIGTERM
-        await self._shim_ready(attempt, ended)
-        signal_if_same(attempt.shim_pid, attempt.shim_start_time, sig)
-        await asyncio.wait({ended}, timeout=job.spec.stop.grace + SHIM_SLACK)
-        if not ended.done():
-            self._kill_orphaned(attempt, "the shim did not finish stopping the job")
-            await ended
+        clock = asyncio.get_running_loop().time
+        escalation = Escalation(job.spec.stop.grace, control.force or for_hang, created=clock())
+        while not ended.done():
+            # A signal that lands before the shim installed its handlers would kill the
+            # shim alone and orphan the job: the escalation waits (bounded) for shim.json.
+            ready = launch.shim_info(Path(attempt.dir)) is not None
+            action = escalation.next(clock(), ready, ended.done())
+            if action.kind == ASK and action.signal is not None:
+                signal_if_same(attempt.shim_pid, attempt.shim_start_time, action.signal)
+            elif action.kind == KILL_TREE:
+                self._kill_orphaned(attempt, "the shim did not finish stopping the job")
+                await ended
+            else:
+                await asyncio.wait({ended}, timeout=action.wait)
 
     def _cgroup(self, attempt: Attempt) -> Path | None:
         if self.cgroups is None:
             return None
         folder = self.cgroups.folder(self.job, attempt.n)
         return folder if folder.is_dir() else None
-
-    async def _shim_ready(self, attempt: Attempt, ended: asyncio.Future[None]) -> None:
-        """A signal that lands before the shim installed its handlers would kill the shim
-        alone and orphan the job: wait (bounded) until shim.json says it is in charge."""
-        deadline = time.monotonic() + SHIM_READY_WAIT
-        while launch.shim_info(Path(attempt.dir)) is None and not ended.done():
-            if time.monotonic() > deadline:
-                return
-            await asyncio.wait({ended}, timeout=0.02)
 
     def _kill_orphaned(self, attempt: Attempt, why: str) -> None:
         info = launch.shim_info(Path(attempt.dir)) or {}
