@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 from rsup.supervisor.cli import logs
-from rsup.supervisor.core.errors import StateError
+from rsup.supervisor.core.errors import StateError, UsageError
 from rsup.supervisor.effects import retention
 from rsup.supervisor.effects.configdir import config_file
 from rsup.supervisor.effects.engine import Engine
@@ -38,7 +38,7 @@ CONFIG_NAME = "rsupd.toml"
 # configuration (rsupd.toml) ----------------------------------------------------
 
 
-class ConfigError(Exception):
+class ConfigError(UsageError):
     """rsupd.toml cannot be read or holds a bad value; the message names file and key."""
 
 

@@ -7,15 +7,12 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from rsup.supervisor.core.errors import RsupError
 from rsup.workers import constants as C
 
 
-class ClientError(Exception):
+class ClientError(RsupError):
     """A refused request or an unreachable daemon; `code` is the CLI exit code."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class Client:

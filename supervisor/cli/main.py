@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from rsup.supervisor.cli import show
-from rsup.supervisor.cli.client import Client, ClientError
-from rsup.supervisor.core.spec import SpecError, load_spec
+from rsup.supervisor.cli.client import Client
+from rsup.supervisor.core.errors import RsupError
+from rsup.supervisor.core.spec import load_spec
 from rsup.supervisor.effects.paths import default_socket
 from rsup.supervisor.surfaces import service
 from rsup.workers import constants as C
@@ -83,12 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except SpecError as exc:
-        print(f"rsup: invalid job spec: {exc}", file=sys.stderr)
-        return C.EXIT_USAGE
-    except ClientError as exc:
-        print(f"rsup: {exc}", file=sys.stderr)
-        return exc.code
+    except RsupError as exc:  # the one place an error becomes a message and an exit code
+        print(f"rsup: {exc.what}{exc}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         return C.EXIT_FAILED
 

@@ -11,9 +11,22 @@ from rsup.workers.constants import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE
 
 
 class RsupError(Exception):
-    """Base of every error rsup reports to a person; the message says what to do."""
+    """Base of every error rsup reports to a person; the message says what to do.
+
+    `exit_code` is the class's, unless one is given for this error (a reply from rsupd
+    carries the code the daemon chose). `what` goes in front of the message in the CLI."""
 
     exit_code = EXIT_FAILED
+    what = ""
+
+    def __init__(self, message: str = "", code: int | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.exit_code = code
+
+    @property
+    def code(self) -> int:
+        return self.exit_code
 
 
 class UsageError(RsupError):

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from rsup.supervisor.core.errors import UsageError
 from yaml.constructor import SafeConstructor
 
 Loc = tuple[str | int, ...]
@@ -95,12 +96,14 @@ class SpecProblem:
         return f"{where}: {self.field}: {self.text}" if self.field else f"{where}: {self.text}"
 
 
-class SpecError(Exception):
+class SpecError(UsageError):
     """An invalid or unreadable job spec.
 
     str(err) is the whole message, one problem per line, in file order; `line` and
     `field` belong to the first problem, `problems` holds them all.
     """
+
+    what = "invalid job spec: "
 
     def __init__(
         self,

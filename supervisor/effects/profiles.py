@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rsup.supervisor.core.errors import UsageError
 from rsup.supervisor.effects.configdir import config_dir
 
 
-class ProfileError(ValueError):
+class ProfileError(UsageError, ValueError):
     """An env profile that does not exist or cannot be read; the message says which."""
 
 

@@ -7,11 +7,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
+from rsup.supervisor.core.errors import UsageError
 from rsup.supervisor.core.specload import parse_duration
 from rsup.supervisor.effects.configdir import config_file
 
 
-class ProbeConfigError(ValueError):
+class ProbeConfigError(UsageError, ValueError):
     """probe.yaml cannot be read or holds a bad value."""
 
 

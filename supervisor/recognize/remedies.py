@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from rsup.supervisor.core.errors import UsageError
 from rsup.supervisor.effects.configdir import config_file
 from rsup.workers import constants as C
 from rsup.workers.probe import normalize_device
@@ -28,7 +29,7 @@ _KEYS = {"id", "description", "match", "env", "flags", "skip_stages"}
 _MATCH_KEYS = {"stage", "category", "how", "error", "vendor", "arch"}
 
 
-class RemedyError(ValueError):
+class RemedyError(UsageError, ValueError):
     """remedies.yaml cannot be read or one of its entries is invalid."""
 
 

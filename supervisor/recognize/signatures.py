@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from rsup.supervisor.core.errors import UsageError
 from rsup.supervisor.effects.configdir import config_file
 from rsup.workers import constants as C
 
@@ -42,7 +43,7 @@ _MIN_KEYWORD = 3
 ANCHOR_MIN = 3  # keywords an anchor must stand for to be searched instead of them
 
 
-class SignatureError(ValueError):
+class SignatureError(UsageError, ValueError):
     """A catalogue file cannot be read or one of its entries is invalid."""
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from rsup.supervisor.core.spec import JobSpec, SpecError, spec_from_json
-from rsup.supervisor.effects.engine import Engine, EngineError
+from rsup.supervisor.core.errors import RsupError
+from rsup.supervisor.core.spec import JobSpec, spec_from_json
+from rsup.supervisor.effects.engine import Engine
 from rsup.supervisor.effects.profiles import ProfileError, load_profile
 from rsup.supervisor.surfaces import report, views
 
@@ -22,10 +23,8 @@ MAX_REQUEST = 4 << 20  # a job spec is small; a bigger line is garbage or an att
 READ_TIMEOUT = 30.0  # a client that sends half a request and sleeps is dropped
 
 
-class ApiError(Exception):
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
+class ApiError(RsupError):
+    """A request refused by the API: code 1 (not yours, not found) unless given (2: usage)."""
 
 
 Handler = Callable[[dict[str, Any], int], Awaitable[Any]]
@@ -87,12 +86,8 @@ class Api:
             if handler is None:
                 raise ApiError(f"unknown operation {request['op']!r}", 2)
             return {"ok": True, "result": await handler(request, uid)}
-        except ApiError as exc:
-            return {"ok": False, "error": str(exc), "code": exc.code}
-        except SpecError as exc:
-            return {"ok": False, "error": str(exc), "code": 2}
-        except EngineError as exc:
-            return {"ok": False, "error": str(exc), "code": 1}
+        except RsupError as exc:  # the one place a refusal becomes a reply and its code
+            return {"ok": False, "error": str(exc), "code": exc.exit_code}
         except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
             return {"ok": False, "error": f"bad request: {exc}", "code": 2}
         except Exception as exc:

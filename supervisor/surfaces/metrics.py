@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from rsup.supervisor.core.errors import UsageError
 from rsup.supervisor.core.job import Job
 from rsup.supervisor.core.states import JobState
 from rsup.supervisor.effects import devices
@@ -39,7 +40,7 @@ Telemetry = Callable[[], list[dict[str, Any]]]
 Labels = dict[str, str]
 
 
-class MetricsError(ValueError):
+class MetricsError(UsageError, ValueError):
     """A metrics setting rsupd refuses; the message says what to change."""
 
 

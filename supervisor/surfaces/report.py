@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from rsup.supervisor.core.errors import RsupError
 from rsup.supervisor.core.job import Attempt
 from rsup.supervisor.effects.store import Store
 from rsup.supervisor.surfaces.report_page import html_page, title
@@ -39,7 +40,7 @@ MEDIUM_RUN = 180.0  # from here on, in minutes
 Rows = list[dict[str, Any]]
 
 
-class ReportError(RuntimeError):
+class ReportError(RsupError):
     """A report cannot be made; the message says what to do."""
 
 

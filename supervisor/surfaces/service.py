@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rsup.supervisor.core.errors import RsupError
 from rsup.supervisor.effects.configdir import config_file
 from rsup.workers import constants as C
 
@@ -25,7 +26,7 @@ SYSUSERS = ("rsup.sysusers.conf", Path("/etc/sysusers.d/rsup.conf"))
 TMPFILES = ("rsup.tmpfiles.conf", Path("/etc/tmpfiles.d/rsup.conf"))
 
 
-class ServiceError(Exception):
+class ServiceError(RsupError):
     """The unit cannot be rendered or written; the message says what to do."""
 
 
