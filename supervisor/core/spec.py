@@ -9,10 +9,7 @@ spec_from_json revalidates a spec that was already resolved (the daemon's side).
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import signal
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -27,12 +24,17 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from . import specfields as check
+from .specfields import NAME_PATTERN as NAME_PATTERN
+from .specfields import (
+    PathStr,
+    StageName,
+)
 from .specload import Marks, SpecProblem, load_yaml, problems_from
 from .specload import SpecError as SpecError
 from .specload import parse_duration as parse_duration
 from .specload import parse_size as parse_size
 
-NAME_PATTERN = r"[a-z0-9][a-z0-9._-]{0,62}"
 MAX_SPEC_BYTES = 1 << 20
 JSON_SOURCE = "<request>"
 
@@ -40,125 +42,8 @@ JSON_SOURCE = "<request>"
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 PositiveDuration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
 ByteSize = Annotated[int, BeforeValidator(parse_size)]
-
-
-def _path_text(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must not be empty; give a path, or leave the key out")
-    if "\0" in value:
-        raise ValueError("must not contain a NUL character")
-    return value
-
-
-def _env_name(value: str) -> str:
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
-        raise ValueError(f"{value!r} is not a valid environment variable name; use A-Z, 0-9, _")
-    return value
-
-
-def _env_value(value: str) -> str:
-    if "\0" in value:
-        raise ValueError("an environment value must not contain a NUL character")
-    return value
-
-
-def _plain_name(what: str) -> Callable[[str], str]:
-    def check(value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]*", value) or ".." in value:
-            raise ValueError(f"{value!r} is not a valid {what}; use letters, digits, '.', '_', '-'")
-        return value
-
-    return check
-
-
-def _stage_name(value: str) -> str:
-    if not value.isidentifier():
-        raise ValueError(f"{value!r} is not a probe stage name (the <name> of def stage_<name>)")
-    return value
-
-
-def _endpoint(value: str) -> str:
-    if not value or any(c.isspace() for c in value):
-        raise ValueError(f"expected HOST or HOST:PORT such as node0:29400, got {value!r}")
-    return value
-
-
-PathStr = Annotated[str, AfterValidator(_path_text)]
-StageName = Annotated[str, AfterValidator(_stage_name)]
-
-
-def _nproc(value: object) -> int | str:
-    if isinstance(value, str) and value.strip().lower() in ("auto", "gpu", "cpu"):
-        return value.strip().lower()
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
-    raise ValueError(f"expected a process count (1, 2, ...) or auto, gpu, cpu; got {value!r}")
-
-
-def _nnodes(value: object) -> str:
-    text = str(value).strip() if isinstance(value, (int, str)) else ""
-    match = re.fullmatch(r"(\d+)(?::(\d+))?", text)
-    low, high = (int(match[1]), int(match[2] or match[1])) if match else (0, 0)
-    if not 1 <= low <= high:
-        raise ValueError(f"expected a node count such as 1, or a range such as 1:4; got {value!r}")
-    return text
-
-
-def _signal_name(value: object) -> str:
-    if isinstance(value, int) and not isinstance(value, bool):
-        try:
-            return signal.Signals(value).name
-        except ValueError:
-            pass
-    elif isinstance(value, str):
-        name = value.strip().upper()
-        name = name if name.startswith("SIG") else f"SIG{name}"
-        if name in signal.Signals.__members__:
-            return signal.Signals[name].name
-    raise ValueError(f"unknown signal {value!r}; use a name such as SIGTERM, SIGINT or SIGUSR1")
-
-
-def _device(value: object) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return str(value)
-    text = value.strip().lower() if isinstance(value, str) else ""
-    if text in ("auto", "cpu") or re.fullmatch(r"(cuda:)?\d+", text):
-        return text
-    if re.fullmatch(r"(gpu-|uuid:)[0-9a-z-]+", text):  # a stable id: survives renumbering
-        return text
-    raise ValueError(
-        f"expected auto, cpu, a GPU index such as 0, cuda:N, or a GPU id "
-        f"(GPU-<uuid> or uuid:<id>); got {value!r}"
-    )
-
-
-def _argv(value: object) -> object:
-    if isinstance(value, str):
-        raise ValueError(
-            f"expected a list of arguments, got the string {value!r}; write a list, "
-            'e.g. command: [python, train.py, --epochs, "100"]'
-        )
-    if isinstance(value, list) and not value:
-        raise ValueError("must not be empty; give the program and its arguments as a list")
-    return value
-
-
-def _job_name(value: str) -> str:
-    if "/" in value or ".." in value:
-        raise ValueError(
-            "must not contain '/' or '..' (the name becomes a folder in rsupd's state "
-            "directory); use a plain name such as 'thermal-yolov8n'"
-        )
-    if not re.fullmatch(NAME_PATTERN, value):
-        hint = re.sub(r"[^a-z0-9._-]+", "-", value.lower()).strip("-._")[:63]
-        example = f"; try {hint!r}" if re.fullmatch(NAME_PATTERN, hint) else ""
-        raise ValueError(
-            f"{value!r} is not a valid job name: use 1 to 63 lowercase letters, digits, "
-            f"'.', '_' or '-', starting with a letter or digit{example}"
-        )
-    return value
+EnvName = Annotated[str, AfterValidator(check.env_name)]
+EnvValue = Annotated[str, AfterValidator(check.env_value)]
 
 
 class _Model(BaseModel):
@@ -166,11 +51,11 @@ class _Model(BaseModel):
 
 
 class TorchrunSpec(_Model):
-    nproc_per_node: Annotated[int | str, BeforeValidator(_nproc)] = 1
-    nnodes: Annotated[str, BeforeValidator(_nnodes)] = "1"
-    rdzv_backend: Annotated[str, AfterValidator(_plain_name("rendezvous backend"))] = "c10d"
-    rdzv_endpoint: Annotated[str, AfterValidator(_endpoint)] | None = None
-    rdzv_id: Annotated[str, AfterValidator(_plain_name("rendezvous id"))] | None = None
+    nproc_per_node: Annotated[int | str, BeforeValidator(check.nproc)] = 1
+    nnodes: Annotated[str, BeforeValidator(check.nnodes)] = "1"
+    rdzv_backend: Annotated[str, AfterValidator(check.plain_name("rendezvous backend"))] = "c10d"
+    rdzv_endpoint: Annotated[str, AfterValidator(check.endpoint)] | None = None
+    rdzv_id: Annotated[str, AfterValidator(check.plain_name("rendezvous id"))] | None = None
     max_restarts: Annotated[int, Field(ge=0)] = 0
 
 
@@ -210,7 +95,7 @@ class HangSpec(_Model):
 
 
 class StopSpec(_Model):
-    signal: Annotated[str, BeforeValidator(_signal_name)] = "SIGTERM"
+    signal: Annotated[str, BeforeValidator(check.signal_name)] = "SIGTERM"
     grace: Duration = 30.0
 
 
@@ -234,32 +119,33 @@ class PreflightSpec(_Model):
     """A short run before the real one: same device, same env; failing it fails the job."""
 
     train: dict[str, Any] | None = None  # ultralytics: train: keys replaced for the check
-    command: Annotated[list[str] | None, BeforeValidator(_argv)] = None  # command jobs
+    command: Annotated[list[str] | None, BeforeValidator(check.argv)] = None  # command jobs
     timeout: PositiveDuration = 600.0
 
 
 class HooksSpec(_Model):
     """Commands run when the job ends (argv lists, run as the job's user, with a timeout)."""
 
-    on_success: Annotated[list[str] | None, BeforeValidator(_argv)] = None
-    on_failure: Annotated[list[str] | None, BeforeValidator(_argv)] = None
-    on_exit: Annotated[list[str] | None, BeforeValidator(_argv)] = None
+    on_success: Annotated[list[str] | None, BeforeValidator(check.argv)] = None
+    on_failure: Annotated[list[str] | None, BeforeValidator(check.argv)] = None
+    on_exit: Annotated[list[str] | None, BeforeValidator(check.argv)] = None
     timeout: PositiveDuration = 300.0
 
 
 class JobSpec(_Model):
     """A validated job spec; paths are absolute once it comes from load_spec or parse_spec."""
 
-    name: Annotated[str, AfterValidator(_job_name), Field(examples=["thermal-yolov8n"])]
+    name: Annotated[str, AfterValidator(check.job_name), Field(examples=["thermal-yolov8n"])]
     kind: Literal["command", "ultralytics", "torchrun"] = "command"
-    command: Annotated[list[str] | None, BeforeValidator(_argv)] = None
+    command: Annotated[list[str] | None, BeforeValidator(check.argv)] = None
     python: PathStr | None = None
     cwd: PathStr = "."
     env: dict[
-        Annotated[str, AfterValidator(_env_name)], Annotated[str, AfterValidator(_env_value)]
+        Annotated[str, AfterValidator(check.env_name)],
+        Annotated[str, AfterValidator(check.env_value)],
     ] = Field(default_factory=dict)
-    env_profile: Annotated[str, AfterValidator(_plain_name("profile name"))] | None = None
-    device: Annotated[str, BeforeValidator(_device)] = "auto"
+    env_profile: Annotated[str, AfterValidator(check.plain_name("profile name"))] | None = None
+    device: Annotated[str, BeforeValidator(check.device)] = "auto"
     checkpoint: PathStr | None = None
     train: dict[str, Any] | None = None
     torchrun: TorchrunSpec = Field(default_factory=TorchrunSpec)
@@ -269,8 +155,8 @@ class JobSpec(_Model):
     stop: StopSpec = Field(default_factory=StopSpec)
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     fallback: FallbackSpec = Field(default_factory=FallbackSpec)
-    user: Annotated[str, AfterValidator(_plain_name("user name"))] | None = None
-    after: list[Annotated[str, AfterValidator(_job_name)]] = Field(default_factory=list)
+    user: Annotated[str, AfterValidator(check.plain_name("user name"))] | None = None
+    after: list[Annotated[str, AfterValidator(check.job_name)]] = Field(default_factory=list)
     cost: CostSpec = Field(default_factory=CostSpec)
     hooks: HooksSpec = Field(default_factory=HooksSpec)
     preflight: PreflightSpec | None = None

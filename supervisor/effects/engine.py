@@ -23,10 +23,11 @@ from rsup.supervisor.core.job import Job
 from rsup.supervisor.core.plan import Plan
 from rsup.supervisor.core.spec import JobSpec
 from rsup.supervisor.core.states import JobState
-from rsup.supervisor.effects import devices, hooks, launch, preflight, retention
+from rsup.supervisor.effects import devices, hooks, launch, retention
+from rsup.supervisor.effects.admission import Admission
 from rsup.supervisor.effects.cgroups import AttemptCgroups
 from rsup.supervisor.effects.paths import Layout
-from rsup.supervisor.effects.procwait import signal_if_same, wait_any, wait_event
+from rsup.supervisor.effects.procwait import signal_if_same, wait_event
 from rsup.supervisor.effects.runner import AttemptRunner
 from rsup.supervisor.effects.store import Store
 from rsup.supervisor.probe import probing
@@ -36,8 +37,6 @@ S = JobState
 
 
 DRILLS = ("kill", "hang", "oom")
-GPU_WAIT_POLL = 5.0  # a queued job looks again at least this often
-VRAM_WAIT = 60.0  # seconds a relaunch waits for the last attempt's stuck processes
 STORE_RETRY = 5.0  # seconds between tries of a step whose state.db write failed (disk full)
 
 
@@ -68,6 +67,7 @@ class Engine:
         self.attempts: dict[str, AttemptRunner] = {}
         self.changed = asyncio.Event()
         self.pool = devices.Pool()
+        self.admission = Admission(self.store, self.pool, self.base_env, lambda: self.job_done)
         self.cgroups: AttemptCgroups | None = None  # per-attempt cgroups, where rsupd has some
         self.probe_stages: tuple[str, ...] = ()  # from rsupd.toml [probe] extra_stages
         self.keep_attempts = retention.DEFAULT_KEEP  # from rsupd.toml [retention] attempts
@@ -274,7 +274,7 @@ class Engine:
         if control.stop.is_set():
             self.store.move(job.name, S.STOPPED, "stopped before it started")
             return
-        if not await self._dependencies_ready(job, control):
+        if not await self.admission.dependencies_ready(job, control.stop):
             return
         wanted = devices.resolve(job.spec.device, self.base_env)
         if wanted is None:
@@ -282,9 +282,9 @@ class Engine:
             reason = f"no GPU here has the id {job.spec.device} (ids: {known})"
             self.store.move(job.name, S.FAILED, reason)
             return
-        device = job.device or self._pick_device(job, wanted)
+        device = job.device or self.admission.pick_device(job, wanted)
         if device is None:
-            await self._wait_for_gpu(job, control)
+            await self.admission.wait_for_gpu(job, control.stop)
             return
         self.store.update_job(job.name, device=device)
         if job.name in self.pool.waiting:
@@ -293,65 +293,6 @@ class Engine:
             self.store.move(job.name, S.PROBING, f"probing {device} before trusting it")
         else:
             self.store.move(job.name, S.STARTING, f"starting on {device}")
-
-    async def _dependencies_ready(self, job: Job, control: Control) -> bool:
-        """`after:` jobs must have succeeded; one that failed or stopped fails this one."""
-        waiting = []
-        for dep in job.spec.after:
-            other = self.store.get_job(dep)
-            if other is None or other.state in (S.FAILED, S.STOPPED):
-                why = "does not exist" if other is None else f"is {other.state.value}"
-                self.store.move(job.name, S.FAILED, f"dependency {dep} {why}; not started")
-                return False
-            if other.state != S.SUCCEEDED:
-                waiting.append(f"{dep} ({other.state.value})")
-        if not waiting:
-            return True
-        reason = f"waiting for {', '.join(waiting)} to succeed"
-        if job.reason != reason:
-            self.store.update_job(job.name, reason=reason)
-            self.store.emit(job.name, None, "queued", reason=reason)
-        await wait_any([self.job_done, control.stop], GPU_WAIT_POLL)
-        return False
-
-    def _pick_device(self, job: Job, wanted: str) -> str | None:
-        """A device for the job (`wanted`: its spec's, stable ids resolved), holding it;
-        None while every fitting GPU is held."""
-        if wanted == "cpu":
-            return "cpu"
-        if job.spec.share_gpu:
-            self.pool.sharing.add(job.name)
-        gpus = devices.visible_gpus(self.base_env)
-        if wanted == "auto" and not gpus:
-            return "cpu"
-        if self._earlier_waiter(job):
-            return None  # first come, first served
-        if wanted == "auto":
-            count = devices.gpus_wanted(job.spec)
-            if count > len(gpus):
-                return "cpu" if job.spec.fallback.cpu else None
-            return self.pool.free_one(gpus, job.name, count)
-        return wanted if self.pool.take(wanted, job.name) else None
-
-    def _earlier_waiter(self, job: Job) -> bool:
-        """Another job submitted before this one is still queued for a GPU."""
-        for other in self.pool.waiting:
-            peer = self.store.get_job(other)
-            if peer is None or other == job.name or peer.state != S.QUEUED:
-                continue
-            if peer.created < job.created:
-                return True
-        return False
-
-    async def _wait_for_gpu(self, job: Job, control: Control) -> None:
-        if job.name not in self.pool.waiting:
-            self.pool.waiting.append(job.name)
-        holders = sorted(set(self.pool.held.values()))
-        reason = f"waiting for a free GPU (held by {', '.join(holders) or 'another job'})"
-        if job.reason != reason:
-            self.store.update_job(job.name, reason=reason)
-            self.store.emit(job.name, None, "queued", reason=reason)
-        await wait_any([self.pool.freed, control.stop], GPU_WAIT_POLL)
 
     async def _probing(self, job: Job, control: Control) -> None:
         device = job.device or "cpu"
@@ -401,34 +342,10 @@ class Engine:
             if control.stop.is_set():
                 self.store.move(job.name, S.STOPPED, "stopped before the attempt started")
                 return
-            await self._vram_released(job)
-            if preflight.wanted(job) and not await self._preflight(job):
+            if not await runner.prepare(job, self.base_env):
                 return
             attempt = runner.launch(self.base_env)
         self.store.move(job.name, S.RUNNING, f"attempt {attempt.n} running", attempt.n)
-
-    async def _preflight(self, job: Job) -> bool:
-        self.store.emit(job.name, None, "preflight_started", device=job.device)
-        passed, reason = await preflight.run(job, self.layout, self.base_env)
-        self.store.emit(job.name, None, "preflight_result", passed=passed, reason=reason)
-        if not passed:
-            self.store.move(job.name, S.FAILED, reason)
-            return False
-        job.plan = job.plan.changed(preflight_passed=True)
-        self.store.update_job(job.name, plan=job.plan)
-        return True
-
-    async def _vram_released(self, job: Job) -> None:
-        """Before a relaunch on the same GPU: processes of the last attempt that outlived
-        SIGKILL (stuck in the driver) still hold VRAM; wait for them, bounded."""
-        last = self.store.last_attempt(job.name)
-        if not devices.is_gpu(job.device) or last is None:
-            return
-        survivors = list((last.exit or {}).get("survivors") or [])
-        left = await devices.wait_gone(survivors, VRAM_WAIT)
-        if left:
-            self.store.emit(job.name, last.n, "vram_not_released", pids=left,
-                            device=job.device)  # fmt: skip
 
     async def _running(self, job: Job, control: Control) -> None:
         runner = self._runner(job)

@@ -17,13 +17,14 @@ from rsup.supervisor.core.conclude import Evidence
 from rsup.supervisor.core.escalation import ASK, KILL_TREE, Escalation
 from rsup.supervisor.core.job import Attempt, Job
 from rsup.supervisor.core.states import JobState
-from rsup.supervisor.effects import devices, launch, yolojob
+from rsup.supervisor.effects import devices, launch, preflight, yolojob
 from rsup.supervisor.effects.cgroups import AttemptCgroups
 from rsup.supervisor.effects.launch import RunAs
+from rsup.supervisor.effects.monitor import AttemptMonitor
 from rsup.supervisor.effects.paths import Layout
 from rsup.supervisor.effects.procwait import kill_marked, kill_tree, signal_if_same, wait_exit
 from rsup.supervisor.effects.store import Store
-from rsup.supervisor.effects.watcher import AttemptMonitor, OutputListener
+from rsup.supervisor.effects.watcher import OutputListener
 from rsup.supervisor.recognize import kernlog
 from rsup.supervisor.recognize.remedies import miopen_cache_env
 from rsup.workers import constants as C
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("rsupd")
 S = JobState
+VRAM_WAIT = 60.0  # seconds a relaunch waits for the last attempt's stuck processes
 
 
 class AttemptRunner:
@@ -127,6 +129,35 @@ class AttemptRunner:
         if who is not None:
             for path in (adir, adir / C.EVENTS_JSONL):
                 os.chown(path, who.uid, who.gid)
+
+    async def prepare(self, job: Job, base_env: dict[str, str]) -> bool:
+        """Before a launch: wait for the last attempt's VRAM, run the preflight if due.
+        False when the job failed its preflight (and was moved to FAILED)."""
+        await self._vram_released(job)
+        return not preflight.wanted(job) or await self._preflight(job, base_env)
+
+    async def _preflight(self, job: Job, base_env: dict[str, str]) -> bool:
+        self.store.emit(job.name, None, "preflight_started", device=job.device)
+        passed, reason = await preflight.run(job, self.layout, base_env)
+        self.store.emit(job.name, None, "preflight_result", passed=passed, reason=reason)
+        if not passed:
+            self.store.move(job.name, S.FAILED, reason)
+            return False
+        job.plan = job.plan.changed(preflight_passed=True)
+        self.store.update_job(job.name, plan=job.plan)
+        return True
+
+    async def _vram_released(self, job: Job) -> None:
+        """Before a relaunch on the same GPU: processes of the last attempt that outlived
+        SIGKILL (stuck in the driver) still hold VRAM; wait for them, bounded."""
+        last = self.store.last_attempt(job.name)
+        if not devices.is_gpu(job.device) or last is None:
+            return
+        survivors = list((last.exit or {}).get("survivors") or [])
+        left = await devices.wait_gone(survivors, VRAM_WAIT)
+        if left:
+            self.store.emit(job.name, last.n, "vram_not_released", pids=left,
+                            device=job.device)  # fmt: skip
 
     # running -------------------------------------------------------------
 

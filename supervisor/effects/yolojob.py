@@ -9,9 +9,9 @@ from typing import Any
 
 from rsup.supervisor.core.job import Job
 from rsup.supervisor.core.spec import JobSpec
+from rsup.supervisor.effects.drills import DRILLS_JSON
 
 YOLO_JSON = "yolo.json"
-DRILLS_JSON = "drills.json"
 WORKER_OVERRIDES = ("batch", "workers", "device")
 
 
