@@ -3,9 +3,14 @@
 Any training script can use it, from any interpreter (Python 3.9+, standard library only)::
 
     from rsup.workers import heartbeat
-    heartbeat.progress(epoch=3, epochs=100, batch=17, batches=250)
+    heartbeat.progress(step=1700, total=25000, epoch=3, epochs=100, loss=0.41)
+    heartbeat.epoch_end(epoch=3, epochs=100, seconds=412.0, loss=0.39)
     heartbeat.checkpoint("runs/last.pt", epoch=3)
+    heartbeat.step(step=1701, epoch=3)   # progress, and where `rsup inject NAME oom` fires
     heartbeat.beat()
+
+rsup shows epoch and step with their totals, the loss and an ETA in `rsup status`; an
+advance of step or epoch, a checkpoint or a beat keeps the hang clock from running out.
 
 Outside rsup (no ``RSUP_EVENTS_FILE`` in the environment) every call is a no-op, so a
 script keeps working when started by hand. Each line is written with one ``write`` on
@@ -17,7 +22,7 @@ import os
 import time
 from typing import Any, Optional
 
-from rsup.workers.constants import ENV_EVENTS_FILE
+from rsup.workers.constants import ENV_ATTEMPT_DIR, ENV_EVENTS_FILE
 
 _fd: Optional[int] = None
 _fd_path: Optional[str] = None
@@ -61,11 +66,72 @@ def beat(**fields: Any) -> None:
     emit("heartbeat", **fields)
 
 
-def progress(**fields: Any) -> None:
-    """Report forward progress (epoch, batch, step, losses...)."""
-    emit("progress", **fields)
+def progress(
+    step: Optional[int] = None,
+    total: Optional[int] = None,
+    epoch: Optional[int] = None,
+    epochs: Optional[int] = None,
+    loss: Optional[float] = None,
+    **fields: Any,
+) -> None:
+    """Report forward progress: step of total, epoch of epochs, loss, any other metric.
+    rsup derives the ETA from how fast step (or epoch) advances."""
+    given = {"step": step, "total": total, "epoch": epoch, "epochs": epochs, "loss": loss}
+    emit("progress", **{k: v for k, v in given.items() if v is not None}, **fields)
+
+
+def epoch_end(
+    epoch: int, epochs: Optional[int] = None, seconds: Optional[float] = None, **metrics: Any
+) -> None:
+    """An epoch is done (1-based): counts as an advance; `seconds` gives the ETA and the
+    slowdown check their pace."""
+    emit("epoch_end", epoch=epoch, epochs=epochs, epoch_seconds=seconds, **metrics)
+
+
+def step(step: Optional[int] = None, epoch: Optional[int] = None, **fields: Any) -> None:
+    """Progress, and the point where an `rsup inject NAME oom` drill raises a real
+    allocation failure (torch's own out-of-memory error) once its epoch is reached."""
+    progress(step=step, epoch=epoch, **fields)
+    drill = _oom_drill_due(epoch)
+    if drill is not None:
+        emit("drill_fired", kind="oom", id=drill.get("id"), epoch=epoch)
+        _raise_oom()
 
 
 def checkpoint(path: str, **fields: Any) -> None:
     """Report that a checkpoint was written (absolute path recorded)."""
     emit("checkpoint_saved", path=os.path.abspath(path), **fields)
+
+
+OOM_DRILL_BYTES = 1 << 52  # no machine has this much memory: the allocator itself fails
+_fired: "set[Any]" = set()
+
+
+def _oom_drill_due(epoch: Optional[int]) -> "Optional[dict[str, Any]]":
+    """The oom drill rsupd wrote to this attempt's drills.json, when it is due."""
+    folder = os.environ.get(ENV_ATTEMPT_DIR)
+    if not folder:
+        return None
+    try:
+        with open(os.path.join(folder, "drills.json"), encoding="utf-8") as f:
+            drills = json.load(f)
+    except (OSError, ValueError):
+        return None
+    for drill in drills if isinstance(drills, list) else []:
+        if not isinstance(drill, dict) or drill.get("kind") != "oom" or drill.get("id") in _fired:
+            continue
+        at = drill.get("at_epoch")
+        if at is None or (epoch is not None and epoch >= at):
+            _fired.add(drill.get("id"))
+            return drill
+    return None
+
+
+def _raise_oom() -> None:
+    """A real allocation failure on the job's device: torch.OutOfMemoryError on a GPU."""
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    block = torch.empty((OOM_DRILL_BYTES,), dtype=torch.uint8, device=device)
+    del block
+    raise RuntimeError(f"oom drill: an allocation of {OOM_DRILL_BYTES} bytes did not fail")

@@ -33,7 +33,7 @@ def parse_inject(text: str) -> tuple[str, int | None]:
 
 
 def run_foreground(spec_path: Path, state_dir: Path | None, injects: list[str]) -> int:
-    spec = load_spec(spec_path)
+    spec = load_spec(spec_path, runnable=True)
     try:
         drills = [parse_inject(text) for text in injects]
     except ValueError as exc:

@@ -77,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("diagnose", help="classify a training log offline")
     p.add_argument("logfile")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--kind",
+        choices=["command", "ultralytics", "torchrun"],
+        default="command",
+        help="the job's kind, for what rsup would do (default: command)",
+    )
+    p.add_argument("--batch", type=int, help="the job's batch size (rsup halves it after an OOM)")
+    p.add_argument("--workers", type=int, help="the job's DataLoader workers")
     return parser
 
 
@@ -98,7 +106,7 @@ def _client(args: argparse.Namespace, timeout: float | None = 60.0) -> Client:
 def cmd_start(args: argparse.Namespace) -> int:
     target = Path(args.job)
     if target.suffix in (".yaml", ".yml") or target.exists() or "/" in args.job:
-        spec = load_spec(target)
+        spec = load_spec(target, runnable=True)
         job = _client(args).call("start", spec=spec.model_dump(mode="json"))
     else:
         job = _client(args).call("start", name=args.job)
@@ -131,13 +139,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         return C.EXIT_OK
     console = show.console()
     if not args.watch:
-        console.print(show.status_table(client.call("status", name=args.name)))
+        console.print(show.status_table(client.call("status", name=args.name), console.width))
         return C.EXIT_OK
     from rich.live import Live
 
     with Live(console=console, refresh_per_second=4) as live:
         while True:
-            live.update(show.status_table(client.call("status", name=args.name)))
+            live.update(show.status_table(client.call("status", name=args.name), console.width))
             time.sleep(1.0)
 
 
@@ -185,7 +193,8 @@ def _follow_step(
         return dict(chunk)
     if chunk["ended"] and args.attempt is None and chunk["last_attempt"] > chunk["attempt"]:
         nxt = chunk["attempt"] + 1
-        print(f"--- rsup: attempt {nxt} ---", flush=True)
+        # a tqdm bar leaves the line open: the marker starts on a line of its own
+        _write(("" if _AT_LINE_START[0] else "\n") + f"--- rsup: attempt {nxt} ---\n")
         return dict(client.call("logs", name=args.name, attempt=nxt, offset=0))
     if chunk["ended"] and chunk["job_state"] in ("succeeded", "failed", "stopped"):
         return None
@@ -193,7 +202,12 @@ def _follow_step(
     return dict(chunk)
 
 
+_AT_LINE_START = [True]  # whether the output so far ends a line
+
+
 def _write(text: str) -> None:
+    if text:
+        _AT_LINE_START[0] = text.endswith("\n")
     sys.stdout.write(text)
     sys.stdout.flush()
 
@@ -220,7 +234,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_diagnose(args: argparse.Namespace) -> int:
     from rsup.supervisor.cli.diagnose import run_diagnose
 
-    return run_diagnose(args.logfile, args.json, sys.stdout)
+    return run_diagnose(args.logfile, args.json, sys.stdout, args.kind, args.batch, args.workers)
 
 
 def cmd_probe(args: argparse.Namespace) -> int:

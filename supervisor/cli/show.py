@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 STATE_STYLE = {
     "running": "green",
@@ -36,7 +36,8 @@ def progress_text(progress: dict[str, Any] | None) -> str:
     if progress.get("batch") is not None:
         parts.append(f"batch {progress['batch']}/{progress.get('batches', '?')}")
     if progress.get("step") is not None:
-        parts.append(f"step {progress['step']}")
+        total = f"/{progress['total']}" if progress.get("total") is not None else ""
+        parts.append(f"step {progress['step']}{total}")
     for key in ("mAP50-95", "mAP50"):
         if progress.get(key) is not None:
             parts.append(f"{key} {float(progress[key]):.3f}")
@@ -44,6 +45,8 @@ def progress_text(progress: dict[str, Any] | None) -> str:
     losses = progress.get("losses")
     if isinstance(losses, dict) and losses:
         parts.append("loss " + "/".join(f"{float(v):.2f}" for v in losses.values()))
+    elif isinstance(progress.get("loss"), (int, float)):
+        parts.append(f"loss {float(progress['loss']):.4g}")
     if progress.get("slow"):
         parts.append("SLOW")
     if progress.get("eta_s") is not None:
@@ -57,25 +60,55 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-def status_table(jobs: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold")
-    for column in ("NAME", "STATE", "ATTEMPTS", "PID", "DEVICE", "PROGRESS", "LAST FAULT", "SPENT"):
-        table.add_column(column)
-    table.add_column("WHY", overflow="fold")
+WIDE = 120  # below this many columns the table drops PID and SPENT
+GAP = 2
+
+
+def status_table(jobs: list[dict[str, Any]], width: int = WIDE) -> Text:
+    """One line per job. Name, state and attempts are never cut; when the line is too
+    long, progress is shortened first, then the reason (with an ellipsis), never wrapped."""
+    wide = width >= WIDE
+    heads = ["NAME", "STATE", "ATTEMPTS" if wide else "ATT"] + (["PID"] if wide else [])
+    heads += ["DEVICE", "LAST FAULT"] + (["SPENT"] if wide else [])
+    rows = []
     for job in jobs:
-        style = STATE_STYLE.get(job["state"], "")
-        table.add_row(
-            job["name"],
-            f"[{style}]{job['state']}[/]" if style else job["state"],
-            str(job["attempts"]),
-            str(job["pid"] or "-"),
-            str(job["device"] or "-"),
-            progress_text(job.get("progress")),
-            job["last_fault"] or "-",
-            spent_text(job),
-            job.get("reason") or "",
-        )
-    return table
+        fixed = [job["name"], job["state"], str(job["attempts"])]
+        fixed += [str(job["pid"] or "-")] if wide else []
+        fixed += [str(job["device"] or "-"), job["last_fault"] or "-"]
+        fixed += [spent_text(job)] if wide else []
+        rows.append((fixed, progress_text(job.get("progress")), job.get("reason") or ""))
+    widths = [max([len(h)] + [len(r[0][i]) for r in rows]) for i, h in enumerate(heads)]
+    room = width - sum(widths) - GAP * (len(heads) + 1)
+    want_progress = max([len("PROGRESS")] + [len(r[1]) for r in rows])
+    want_why = max([len("WHY")] + [len(r[2]) for r in rows])
+    # the reason keeps up to 24 columns before progress gives any up; then both shrink
+    progress_w = max(5, min(want_progress, room - min(want_why, 24)))
+    why_w = max(3, min(want_why, room - progress_w))
+    out = Text()
+    _line(out, heads, widths, "PROGRESS", progress_w, "WHY", why_w, "bold")
+    for fixed, progress, why in rows:
+        _line(out, fixed, widths, progress, progress_w, why, why_w, None)
+    return out
+
+
+def _line(out: Text, fixed: list[str], widths: list[int], progress: str, progress_w: int,
+          why: str, why_w: int, style: str | None) -> None:  # fmt: skip
+    cells = [c.ljust(w) for c, w in zip(fixed, widths, strict=True)]
+    cells.insert(len(cells) - (2 if len(cells) > 6 else 1), _cut(progress, progress_w))
+    gap = " " * GAP
+    state = fixed[1]
+    for i, cell in enumerate(cells):
+        cell_style = style or (STATE_STYLE.get(state, "") if i == 1 else None)
+        out.append(cell, style=cell_style)
+        out.append(gap)
+    out.append(_cut(why, why_w), style=style)
+    out.append("\n")
+
+
+def _cut(text: str, width: int) -> str:
+    """One line of at most `width` characters; an ellipsis says something was cut."""
+    text = " ".join(text.split())
+    return (text if len(text) <= width else text[: max(0, width - 1)] + "…").ljust(width)
 
 
 def spent_text(job: dict[str, Any]) -> str:

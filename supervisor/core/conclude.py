@@ -5,13 +5,16 @@ diagnosis of output.log, the exit status the shim recorded, a kernel or cgroup O
 the first failing torchrun rank, the drills fired, a hang verdict and whether a stop was
 asked. Precedence, strongest first:
 
-1. no exit record: the shim died before recording one (`unknown`);
-2. a hang rsup detected (it killed the attempt for it): `hang`;
-3. a stop on request: whatever the log says, the attempt was stopped;
-4. the log's own root cause (a signature, or an unrecognised traceback);
-5. how the process ended: 0 is `none`; a crash signal is `segfault_abort`; SIGKILL with
+1. a hang rsup detected (it killed the attempt for it): `hang`;
+2. no exit record: the shim died before recording one (`unknown`);
+3. exit 126/127 before any output: the command cannot run (`config_error`, no retries);
+4. exit 0 with an unrecovered fatal finding, for jobs whose exit code a wrapper may hide
+   (`command`, `torchrun`): a failure of that finding's category;
+5. a stop on request: whatever the log says, the attempt was stopped;
+6. the log's own root cause (a signature, or an unrecognised traceback);
+7. how the process ended: 0 is `none`; a crash signal is `segfault_abort`; SIGKILL with
    an OOM line is `host_oom`; SIGKILL from the kill drill is named as such;
-6. for torchrun, the rank that failed first goes in front, and its own category wins
+8. for torchrun, the rank that failed first goes in front, and its own category wins
    when it names one.
 """
 
@@ -43,6 +46,10 @@ class Evidence:
     hang_rank: str | None = None  # the hung torchrun rank, described
     rank_failure: RankFailure | None = None
     torchrun: bool = False
+    # Exit 0 proves success only for jobs whose exit rsup itself produces (Ultralytics'
+    # worker); a command may be `python train.py | tee log`, which exits 0 after a crash.
+    trust_exit_zero: bool = False
+    output_lines: int = 0  # lines the job printed in this attempt
     drills_fired: tuple[str, ...] = ()
     advanced: bool = False
     completed: bool | None = None  # None: the kind knows no completion beyond exit 0
@@ -56,6 +63,12 @@ def conclude(ev: Evidence) -> Outcome:
     if not ev.recorded:
         died = ("the shim died before the job's exit was recorded",)
         return _outcome(ev, C.UNKNOWN, ev.diagnosis.signature, died, ev.diagnosis.line)
+    refused = _not_runnable(ev)
+    if refused is not None:
+        return refused
+    hidden = _hidden_by_exit_zero(ev)
+    if hidden is not None:
+        return hidden
     oom = ev.oom_line if "kill" not in ev.drills_fired else None
     diagnosis = classify_exit(
         ev.diagnosis, ev.exit_code, ev.signal, stop_requested=ev.stop_requested, oom_evidence=oom
@@ -68,6 +81,41 @@ def conclude(ev: Evidence) -> Outcome:
     if ev.torchrun and not ev.stop_requested and failed:
         category, lines, line = with_rank(ev.rank_failure, category, lines, line)
     return _outcome(ev, category, diagnosis.signature, lines or _exit_words(ev), line)
+
+
+# The shell's own codes: the program could not be started at all.
+NOT_RUNNABLE = {126: "the command is not executable", 127: "the command was not found"}
+
+# What a zero exit may hide: a fatal finding the job never recovered from.
+HIDDEN_BY_EXIT_ZERO = frozenset({C.GPU_MEMORY_FAULT, C.OOM, C.HOST_OOM, C.HIP_RUNTIME_INIT,
+                                 C.DATALOADER_WORKER, C.NCCL_DISTRIBUTED, C.SEGFAULT_ABORT,
+                                 C.CONFIG_ERROR})  # fmt: skip
+
+
+def _not_runnable(ev: Evidence) -> Outcome | None:
+    """Exit 126/127 before any output: the command cannot run; no retry loop."""
+    if ev.exit_code not in NOT_RUNNABLE or ev.output_lines > 2 or ev.stop_requested:
+        return None
+    if ev.diagnosis.category not in (C.NONE, C.UNKNOWN):
+        return None
+    why = (f"exit {ev.exit_code}: {NOT_RUNNABLE[ev.exit_code]}, before any output; "
+           "fix the command and start the job again")  # fmt: skip
+    return _outcome(ev, C.CONFIG_ERROR, "not-runnable", (why,), None)
+
+
+def _hidden_by_exit_zero(ev: Evidence) -> Outcome | None:
+    """Exit 0 after an unrecovered fatal line: a failure of that category."""
+    diagnosis = ev.diagnosis
+    if ev.exit_code != 0 or ev.signal is not None or ev.trust_exit_zero or ev.stop_requested:
+        return None
+    if diagnosis.category not in HIDDEN_BY_EXIT_ZERO:
+        return None
+    where = f" at output.log:{diagnosis.line}" if diagnosis.line else ""
+    what = diagnosis.evidence[0][1] if diagnosis.evidence else diagnosis.category
+    why = (f"exit 0, but the output shows an unrecovered {diagnosis.category}{where} ({what}); "
+           "a wrapper script may hide the exit code")  # fmt: skip
+    lines = (why, *(text for _, text in diagnosis.evidence))
+    return _outcome(ev, diagnosis.category, diagnosis.signature, lines, diagnosis.line)
 
 
 def _outcome(

@@ -33,6 +33,12 @@ class Job:
     hang_timeout: float | None = None
     # where BACKOFF leads once its delay is over: STARTING, or PROBING after a GPU fault
     resume_to: JobState | None = None
+    run_from: int = 0  # attempts of earlier runs (`rsup start` again): history, not counters
+
+    @property
+    def run_attempts(self) -> int:
+        """Attempts started in this run."""
+        return self.attempts - self.run_from
 
     @property
     def kind(self) -> str:

@@ -81,7 +81,8 @@ class Outcome:
 
     @property
     def clean_exit(self) -> bool:
-        return self.exit_code == 0 and self.signal is None
+        """Exit 0 with nothing fatal left standing in the output."""
+        return self.exit_code == 0 and self.signal is None and self.category == C.NONE
 
 
 @dataclass(frozen=True)

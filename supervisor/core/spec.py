@@ -24,6 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from . import runnable
 from . import specfields as check
 from .specfields import NAME_PATTERN as NAME_PATTERN
 from .specfields import (
@@ -92,6 +93,9 @@ class HangSpec(_Model):
     timeout: PositiveDuration = 1800.0
     startup_timeout: PositiveDuration = 3600.0
     hard_limit_factor: Annotated[float, Field(ge=1)] = 3.0
+    # a fatal GPU fault or runtime abort was printed, and the job neither exits nor
+    # advances: it is wedged in the driver. Stopped after this long, then recovered.
+    fault_grace: PositiveDuration = 60.0
 
 
 class StopSpec(_Model):
@@ -218,7 +222,7 @@ def _ultralytics_problem(spec: JobSpec) -> tuple[str, str] | None:
     return None
 
 
-def load_spec(path: str | os.PathLike[str]) -> JobSpec:
+def load_spec(path: str | os.PathLike[str], runnable: bool = False) -> JobSpec:
     """Read, validate and resolve the spec file at path; SpecError naming the file if bad."""
     source = os.fspath(path)
     try:
@@ -233,10 +237,10 @@ def load_spec(path: str | os.PathLike[str]) -> JobSpec:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise SpecError(source, f"not UTF-8 text (byte {err.start}); save it as UTF-8") from None
-    return parse_spec(text, source, Path(os.path.abspath(source)).parent)
+    return parse_spec(text, source, Path(os.path.abspath(source)).parent, runnable)
 
 
-def parse_spec(text: str, source: str, base_dir: Path) -> JobSpec:
+def parse_spec(text: str, source: str, base_dir: Path, runnable: bool = False) -> JobSpec:
     """Validate YAML text; relative paths are taken from base_dir (the spec file's folder)."""
     data, marks = load_yaml(text, source)
     if not isinstance(data, dict):
@@ -244,7 +248,10 @@ def parse_spec(text: str, source: str, base_dir: Path) -> JobSpec:
         got = "a list" if isinstance(data, list) else f"{data!r}"
         raise SpecError(source, f"expected a mapping (name: ..., kind: ...), got {got}", line)
     spec = _validate(data, source, marks)
-    return _resolve(spec, Path(os.path.abspath(base_dir)), source, marks)
+    resolved = _resolve(spec, Path(os.path.abspath(base_dir)), source, marks)
+    if runnable:  # at submit: what can never run is refused, not retried ten times
+        _refuse_unrunnable(resolved, source, marks)
+    return resolved
 
 
 def spec_from_json(data: dict[str, Any]) -> JobSpec:
@@ -280,6 +287,19 @@ def _resolve(spec: JobSpec, base_dir: Path, source: str, marks: Marks) -> JobSpe
     probe = spec.probe.model_copy(update={"extra_stages": stages})
     update = {"cwd": cwd, "python": python, "checkpoint": checkpoint, "probe": probe}
     return spec.model_copy(update=update)
+
+
+def _refuse_unrunnable(spec: JobSpec, source: str, marks: Marks) -> None:
+    found = [
+        SpecProblem(text, marks.value_line(loc) or marks.key_line(loc[:1]), _field_name(loc))
+        for loc, text in runnable.problems(spec)
+    ]
+    if found:
+        raise SpecError.from_problems(source, found)
+
+
+def _field_name(loc: tuple[str | int, ...]) -> str:
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)[1:]
 
 
 def _absolute(path: str, base: Path) -> str:

@@ -88,11 +88,18 @@ def history_for(job: Job, outcome: policy.Outcome, reports_progress: bool) -> po
         failures=job.failures + (1 if failed and not outcome.advanced else 0),
         stalled=stalled,
         same_category=job.same_fault + 1 if job.last_fault == outcome.category else 1,
-        reports_progress=reports_progress or bool(job.progress),
+        reports_progress=reports_progress or _reported(job.progress),
         device=job.plan.device or job.device or "auto",
         batch=job.batch,
         workers=job.workers,
     )
+
+
+def _reported(progress: dict[str, Any] | None) -> bool:
+    """The job said where it is itself (heartbeat, worker), not only in bars rsup read."""
+    if not progress:
+        return False
+    return bool(progress.get("heartbeat")) or "source" not in progress
 
 
 def attempt_ended(job: Job, ended: Ended, now: float) -> Step:
@@ -173,11 +180,11 @@ def describe(n: int, decision: policy.Decision, progress: dict[str, Any] | None)
     """One sentence for people: what killed attempt n, what rsup does now, and when."""
     ev = decision.evidence
     what = (ev.get("lines") or ["no evidence"])[0]
-    where = f" at output.log:{ev['line']}" if ev.get("line") else ""
+    where = f" at output.log:{ev['line']}" if ev.get("line") and "output.log:" not in what else ""
     category = ev.get("category") or C.UNKNOWN
     died = f"attempt {n} died of {category} ({what}{where})"
     if decision.action not in (policy.RESTART, policy.REPROBE):
         return f"{died}; {decision.reason}"
-    epoch = (progress or {}).get("epoch")
-    resume = f"resuming after epoch {epoch}" if epoch else f"starting attempt {n + 1}"
+    saved = (progress or {}).get("saved_epoch")  # the last epoch a checkpoint holds
+    resume = f"resuming after epoch {saved}" if saved is not None else f"starting attempt {n + 1}"
     return f"{died}; {decision.reason}; {resume} in {decision.delay:g} s"

@@ -27,25 +27,25 @@ class Drills:
         record = store.get_job(job)
         self.pending = [d for d in (record.drills if record else []) if not d.get("fired")]
         self.fired: list[str] = []  # kinds fired in this attempt
-        if self.in_worker and self.pending:
+        if any(self.in_job(d) for d in self.pending):
             self._write()
 
-    @property
-    def in_worker(self) -> bool:
-        """Ultralytics jobs fire their drills inside the trainer."""
-        return self.kind == "ultralytics"
+    def in_job(self, drill: dict[str, Any]) -> bool:
+        """Fired inside the job: every drill of an Ultralytics job (its trainer), and the
+        oom drill of any job (a real allocation failure, raised by heartbeat.step())."""
+        return self.kind == "ultralytics" or drill.get("kind") == "oom"
 
     def add(self, drill: dict[str, Any]) -> None:
         self.pending.append(drill)
-        if self.in_worker:
+        if self.in_job(drill):
             self._write()
 
     def fire_due(self, epoch: int | None, target: tuple[int, int | None] | None,
                  ranks: rank_tracking.RankTracker | None) -> None:  # fmt: skip
         """Fire every pending drill whose epoch has come, at `target` (pid, start time)."""
-        if self.in_worker or target is None:
+        if target is None:
             return
-        for drill in list(self.pending):
+        for drill in [d for d in self.pending if not self.in_job(d)]:
             wanted = drill.get("at_epoch")
             if wanted is None or (epoch is not None and epoch >= wanted):
                 sig = signal.SIGKILL if drill["kind"] == "kill" else signal.SIGSTOP
@@ -54,7 +54,7 @@ class Drills:
                 signal_if_same(target[0], target[1], sig)
 
     def worker_fired(self, kind: str, epoch: int | None) -> None:
-        """The Ultralytics worker fired a drill of this kind itself."""
+        """The job fired a drill of this kind itself (Ultralytics worker, heartbeat.step)."""
         self.fired.append(kind)
         match = [d for d in self.pending if d.get("kind") == kind]
         if match:
@@ -78,7 +78,7 @@ class Drills:
     def _write(self) -> None:
         path = self.dir / DRILLS_JSON
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.pending))
+        tmp.write_text(json.dumps([d for d in self.pending if self.in_job(d)]))
         tmp.replace(path)
 
 

@@ -122,21 +122,15 @@ class Engine:
             job = Job(name, owner_uid, spec, S.QUEUED, "submitted", now, now)
             self.store.add_job(job)
             self.store.emit(name, None, "job_submitted", owner_uid=owner_uid)
-        else:
-            self.store.update_job(
-                name,
-                spec=spec,
-                stalled=0,
-                restarts=0,
-                failures=0,
-                same_fault=0,
-                plan=Plan(),
-                resume_to=None,
-                device=None,
-                drills=[],
-                hang_timeout=None,
-            )
-            self.store.move(name, S.QUEUED, "started again")
+        else:  # a new run: fresh counters; earlier attempts and events stay as history
+            with self.store.tx():
+                self.store.update_job(name, spec=spec, stalled=0, restarts=0, failures=0,
+                                      same_fault=0, plan=Plan(), resume_to=None, device=None,
+                                      drills=[], hang_timeout=None, last_fault=None,
+                                      progress=None, next_start_at=None,
+                                      run_from=job.attempts)  # fmt: skip
+                self.store.move(name, S.QUEUED, f"started again (a new run after attempt "
+                                f"{job.attempts}; earlier attempts stay as history)")  # fmt: skip
         self._spawn(name)
         return self.get(name)
 
@@ -188,8 +182,6 @@ class Engine:
         if job.state.terminal:
             raise EngineError(f"job {name} is {job.state.value}; start it before drilling it")
         drill = {"kind": kind, "at_epoch": at_epoch, "id": len(job.drills) + 1}
-        if job.kind != "ultralytics" and kind == "oom":
-            raise DrillError("the oom drill is raised inside the trainer: ultralytics jobs only")
         self.store.update_job(name, drills=[*job.drills, drill])
         runner = self.attempts.get(name)
         if runner is not None and runner.monitor is not None:
@@ -323,7 +315,7 @@ class Engine:
 
     async def _backoff(self, job: Job, control: Control) -> None:
         # a rented box bills through the backoff too: the budget holds here as well
-        first = self.store.first_started(job.name)
+        first = self.store.first_started(job.name, job.run_from)
         delay = max(0.0, (job.next_start_at or 0.0) - time.time())
         left = budget.seconds_left(job.spec, budget.spent(job.spec, first, time.time()))
         wait = delay if left is None else min(delay, left)

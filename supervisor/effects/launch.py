@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from rsup.supervisor.core.spec import JobSpec
+from rsup.supervisor.effects import checkpoints
 from rsup.supervisor.effects.proctime import stat_fields
 from rsup.supervisor.effects.profiles import load_profile
 from rsup.supervisor.recognize import ranks
 from rsup.workers import constants as C
 
 CHECKPOINT_TOKEN = "{checkpoint}"
-PYTHON_NAMES = ("python", "python3")
+PYTHON_NAMES = ("python", "python3", "{python}")
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,8 @@ def job_argv(
     if kind == "torchrun":
         script = expand_knobs(torchrun_script(spec), values)
         return [python, "-m", "torch.distributed.run", *torchrun_args(spec, attempt_dir), *script]
-    argv = expand_knobs(expand_checkpoint(list(spec.command or []), spec.checkpoint), values)
+    resume = checkpoints.resume_point(spec.checkpoint)
+    argv = expand_knobs(expand_checkpoint(list(spec.command or []), resume), values)
     if argv and argv[0] in PYTHON_NAMES:
         argv[0] = python
     return argv
@@ -111,6 +113,8 @@ def torchrun_script(spec: JobSpec) -> list[str]:
     command = list(spec.command or [])
     if not spec.checkpoint:
         return expand_checkpoint(command, None)
+    if checkpoints.is_pattern(spec.checkpoint):  # a glob names no file before it matches
+        return expand_checkpoint(command, checkpoints.resume_point(spec.checkpoint))
     return [a.replace(CHECKPOINT_TOKEN, spec.checkpoint) for a in command]
 
 

@@ -30,6 +30,7 @@ from rsup.supervisor.effects.watcher import (
 )
 from rsup.supervisor.recognize.diagnosis import Diagnosis
 from rsup.supervisor.recognize.ranks import RankHang, RankTracker
+from rsup.workers import constants as C
 
 POLL = 0.5  # how often the files are read when inotify cannot be had
 # With inotify, new output wakes the monitor at once; otherwise it wakes for the hang check,
@@ -37,6 +38,8 @@ POLL = 0.5  # how often the files are read when inotify cannot be had
 TICK_MIN, TICK_MAX = 1.0, 5.0
 PROGRESS_WRITE_EVERY = 1.0  # throttle job.progress writes to the store
 BUDGET_EVERY = 5.0  # seconds between runtime/cost checks
+# Faults that often leave the process wedged in the driver instead of ending it.
+WEDGING = frozenset({C.GPU_MEMORY_FAULT, C.HIP_RUNTIME_INIT, C.SEGFAULT_ABORT})
 
 
 class AttemptMonitor:
@@ -50,6 +53,11 @@ class AttemptMonitor:
         self.watcher = AttemptWatcher(record, attempt, output_listeners)
         self.drills = drilling.Drills(store, job, attempt.n, Path(attempt.dir), record.kind)
         self.hung = asyncio.Event()
+        self.hang_report: Report | None = None  # stored once its stacks are taken
+        self.wedged = asyncio.Event()  # a fatal fault, then neither exit nor advance
+        self.fault_grace = record.spec.hang.fault_grace
+        self.fault_deadline: float | None = None
+        self.fault_advances = 0  # the watcher's advance count when the fault was seen
         self.limit_hit = asyncio.Event()
         self.limit_reason: str | None = None
         self.limit_pending: str | None = None  # reached, waiting for a checkpoint that is due
@@ -108,7 +116,9 @@ class AttemptMonitor:
                     await asyncio.sleep(0)  # requests get in between slices of a flood
                 self._save_progress(force=False)
                 period = self.watcher.detector.check_every(TICK_MIN, TICK_MAX)
+                self._handle(self.watcher.check_checkpoint())
                 self._check_hang(period)
+                self._check_wedged()
                 self._check_budget()
                 blind = watch is None or watch.lost
                 await wait_event(wake, POLL if blind else period)
@@ -123,6 +133,7 @@ class AttemptMonitor:
 
     def drain(self) -> None:
         """Store what is left once the attempt has ended."""
+        self._handle(self.watcher.check_checkpoint())
         self._handle(self.watcher.close())
         self._save_progress(force=True)
         detector = self.watcher.detector
@@ -136,6 +147,8 @@ class AttemptMonitor:
             if report.kind == EVENT:
                 fields = dict(report.fields)
                 name = fields.pop("event")
+                if name == "fault_detected" and fields.get("category") in WEDGING:
+                    self._fault_seen()
                 if name == "checkpoint_saved" and self.limit_pending is not None:
                     self._hit_limit(f"{self.limit_pending}; stopped after the checkpoint of "
                                     f"epoch {fields.get('epoch')}")  # fmt: skip
@@ -155,7 +168,7 @@ class AttemptMonitor:
         return epoch if isinstance(epoch, int) else None
 
     def _fire_drills(self) -> None:
-        if not self.drills.pending:
+        if not self.drills.pending or self.drills.kind == "ultralytics":
             return
         w = self.watcher
         self.drills.fire_due(self._epoch(), drilling.target(w.job_pid, w.job_start, w.ranks),
@@ -179,10 +192,30 @@ class AttemptMonitor:
         report = self.watcher.check_hang()
         if report is None:
             return
-        self._handle([report])
+        self.hang_report = report  # the runner stores it with the job's stacks
         if self.watcher.detector.learned:
             self.store.update_job(self.job, hang_timeout=self.watcher.detector.timeout)
         self.hung.set()
+
+    def _fault_seen(self) -> None:
+        if self.fault_deadline is None:
+            self.fault_deadline = time.monotonic() + self.fault_grace
+            self.fault_advances = self.watcher.advances
+
+    def _check_wedged(self) -> None:
+        """A fatal GPU fault or runtime abort that neither ends the job nor is followed by
+        an advance within hang.fault_grace: the process is wedged; stop it."""
+        if self.fault_deadline is None or self.wedged.is_set():
+            return
+        if self.watcher.advances > self.fault_advances:  # it lived through the fault
+            self.fault_deadline = None
+            return
+        if time.monotonic() >= self.fault_deadline:
+            self.store.emit(self.job, self.attempt.n, "fault_stuck", grace=self.fault_grace,
+                            message=f"the job printed a fatal fault and neither exited nor "
+                            f"advanced within {self.fault_grace:g} s (hang.fault_grace); "
+                            f"stopping it")  # fmt: skip
+            self.wedged.set()
 
     def _check_budget(self) -> None:
         now = time.time()
@@ -192,7 +225,7 @@ class AttemptMonitor:
         job = self.store.get_job(self.job)
         if job is None:
             return
-        used = budget.spent(job.spec, self.store.first_started(self.job), now)
+        used = budget.spent(job.spec, self.store.first_started(self.job, job.run_from), now)
         reason = budget.over_limit(job.spec, used)
         if reason is None:
             return

@@ -17,12 +17,13 @@ from rsup.supervisor.core.conclude import Evidence
 from rsup.supervisor.core.escalation import ASK, KILL_TREE, Escalation
 from rsup.supervisor.core.job import Attempt, Job
 from rsup.supervisor.core.states import JobState
-from rsup.supervisor.effects import devices, launch, preflight, yolojob
+from rsup.supervisor.effects import checkpoints, devices, launch, preflight, yolojob
 from rsup.supervisor.effects.cgroups import AttemptCgroups
 from rsup.supervisor.effects.launch import RunAs
 from rsup.supervisor.effects.monitor import AttemptMonitor
 from rsup.supervisor.effects.paths import Layout
 from rsup.supervisor.effects.procwait import kill_marked, kill_tree, signal_if_same, wait_exit
+from rsup.supervisor.effects.stacks import capture as capture_stacks
 from rsup.supervisor.effects.store import Store
 from rsup.supervisor.effects.watcher import OutputListener
 from rsup.supervisor.recognize import kernlog
@@ -51,6 +52,7 @@ class AttemptRunner:
         self.cgroups = cgroups
         self.monitor: AttemptMonitor | None = None
         self.stop_reason: str | None = None  # why rsupd itself stopped the job (budget)
+        self.stopped_for_cause = False  # rsupd stopped it for a hang or a wedged fault
 
     # starting ------------------------------------------------------------
 
@@ -106,7 +108,8 @@ class AttemptRunner:
             C.ENV_DEVICE: device or "cpu",
             "PYTHONPATH": str(self.layout.pylib),  # put in front of the job's own
         }
-        if job.kind != "ultralytics":  # the knobs in force ({batch}, {workers} in argv)
+        if job.kind != "ultralytics":  # the resume point, and the knobs in force
+            env[C.ENV_CHECKPOINT] = checkpoints.resume_point(job.spec.checkpoint) or ""
             if job.batch is not None:
                 env[C.ENV_BATCH] = str(job.batch)
             if job.workers is not None:
@@ -167,6 +170,7 @@ class AttemptRunner:
         assert attempt is not None  # RUNNING/STOPPING always has one
         if attempt.processed:
             return self.applied(attempt)
+        self.stopped_for_cause = False
         self.monitor = AttemptMonitor(self.store, self.job, attempt, self.output_listeners)
         watch = asyncio.get_running_loop().create_task(self.monitor.run())
         try:
@@ -184,17 +188,32 @@ class AttemptRunner:
             control.stop.set()  # a stop was under way when rsupd restarted: ask again
         assert self.monitor is not None
         hang = asyncio.ensure_future(self.monitor.hung.wait())
+        wedged = asyncio.ensure_future(self.monitor.wedged.wait())
         stop = asyncio.ensure_future(control.stop.wait())
         limit = asyncio.ensure_future(self.monitor.limit_hit.wait())
+        waits = {ended, stop, hang, wedged, limit}
         try:
-            await asyncio.wait({ended, stop, hang, limit}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             if limit.done() and not stop.done():
                 self.stop_reason = self.monitor.limit_reason
+            if hang.done():
+                await self._record_hang(attempt)
+            self.stopped_for_cause = (hang.done() or wedged.done()) and not stop.done()
             if not ended.done():
-                await self._stop_attempt(attempt, control, ended, hang.done() and not stop.done())
+                await self._stop_attempt(attempt, control, ended, self.stopped_for_cause)
         finally:
-            for fut in (ended, stop, hang, limit):
+            for fut in waits:
                 fut.cancel()
+
+    async def _record_hang(self, attempt: Attempt) -> None:
+        """hang_detected, with every Python thread's stack of the job, before the kill."""
+        assert self.monitor is not None
+        report = self.monitor.hang_report
+        if report is None:
+            return
+        stacks = await capture_stacks(self.monitor.watcher.job_pid, Path(attempt.dir))
+        fields = {k: v for k, v in report.fields.items() if k != "event"}
+        self.store.emit(self.job, attempt.n, "hang_detected", **fields, **stacks.as_fields())
 
     async def _stop_attempt(
         self, attempt: Attempt, control: Control, ended: asyncio.Future[None], for_hang: bool
@@ -268,7 +287,8 @@ class AttemptRunner:
         assert monitor is not None
         data = exit_data or {}
         sig = data.get("signal")
-        stopped = bool(data.get("stop_requested")) or job.state == S.STOPPING
+        asked = bool(data.get("stop_requested")) and not self.stopped_for_cause
+        stopped = asked or job.state == S.STOPPING
         oom_line = None
         if oom_kills:
             oom_line = f"memory.events: oom_kill {oom_kills} (the attempt's cgroup)"
@@ -288,6 +308,8 @@ class AttemptRunner:
             hang_rank=hang_rank,
             rank_failure=ranks.first_failure() if ranks is not None else None,
             torchrun=ranks is not None,
+            trust_exit_zero=job.kind == "ultralytics",
+            output_lines=monitor.watcher.classifier.lines,
             drills_fired=tuple(monitor.drills_fired),
             advanced=monitor.advanced,
             completed=monitor.completed if job.kind == "ultralytics" else None,

@@ -54,7 +54,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     plan TEXT NOT NULL DEFAULT '{}',
     drills TEXT NOT NULL DEFAULT '[]',
     hang_timeout REAL,
-    resume_to TEXT
+    resume_to TEXT,
+    run_from INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS attempts (
     job TEXT NOT NULL,
@@ -104,10 +105,15 @@ JOB_COLUMNS = [
     "drills",
     "hang_timeout",
     "resume_to",
+    "run_from",
 ]
 JSON_JOB_COLUMNS = {"progress", "drills"}
 # Columns added since the first release: (name, declaration), added to an older state.db.
-ADDED_COLUMNS = (("plan", "TEXT NOT NULL DEFAULT '{}'"), ("resume_to", "TEXT"))
+ADDED_COLUMNS = (
+    ("plan", "TEXT NOT NULL DEFAULT '{}'"),
+    ("resume_to", "TEXT"),
+    ("run_from", "INTEGER NOT NULL DEFAULT 0"),
+)
 ATTEMPT_COLUMNS = [
     "job",
     "n",
@@ -276,10 +282,11 @@ class Store:
         ).fetchone()
         return _attempt_from_row(row) if row else None
 
-    def first_started(self, job: str) -> float | None:
-        """When the job's first attempt started (what a budget counts from)."""
+    def first_started(self, job: str, after: int = 0) -> float | None:
+        """When the first attempt numbered above `after` started (a run's budget counts
+        from its own first attempt)."""
         row = self.db.execute(  # the first by number: the primary key, not a scan
-            "SELECT started FROM attempts WHERE job=? ORDER BY n LIMIT 1", (job,)
+            "SELECT started FROM attempts WHERE job=? AND n>? ORDER BY n LIMIT 1", (job, after)
         ).fetchone()
         return None if row is None or row[0] is None else float(row[0])
 

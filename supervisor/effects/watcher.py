@@ -14,10 +14,10 @@ from typing import Any
 from rsup.supervisor.core.hang import HangConfig, HangDetector, HangVerdict
 from rsup.supervisor.core.job import Attempt, Job
 from rsup.supervisor.core.slowdown import SlowdownWatch
-from rsup.supervisor.effects import devices, launch
+from rsup.supervisor.effects import checkpoints, devices, launch
 from rsup.supervisor.effects.follow import Follower
 from rsup.supervisor.effects.proctime import tree_cpu
-from rsup.supervisor.recognize import kernlog, ranks
+from rsup.supervisor.recognize import kernlog, progress, ranks
 from rsup.supervisor.recognize.classify import LiveClassifier
 from rsup.supervisor.recognize.diagnosis import Diagnosis, Finding
 from rsup.workers import constants as C
@@ -63,12 +63,16 @@ class AttemptWatcher:
         self.hang_verdict: HangVerdict | None = None
         self.hang_rank: ranks.RankHang | None = None
         self.advanced = self.completed = self.progress_seen = False
+        self.advances = 0  # epochs, steps or checkpoints that moved the job forward
+        self.position: tuple[float, ...] = ()  # the furthest (epoch, step) reported
+        self.pace_start: tuple[float, float] | None = None  # (time, step) of the first report
         self.progress: dict[str, Any] | None = None
         self.faults_seen: set[str] = set()
         self.pending = b""
         self.backlog, self.fed = b"", 0  # output read but not classified yet
         self.job_pid: int | None = None
         self.job_start: int | None = None
+        self.checkpoint = checkpoints.stamp(job.spec.checkpoint)  # the one before this attempt
 
     def diagnosis(self) -> Diagnosis:
         return self.classifier.verdict()
@@ -84,7 +88,7 @@ class AttemptWatcher:
             reports += self._events(lines)
         data = self.output.read()
         if data:
-            self.detector.progress(time.monotonic())
+            reports += self._output_progress(data)
             for listener in self.output_listeners:
                 listener(self.job.name, self.attempt.n, data)
             if self.ranks is not None:
@@ -114,6 +118,17 @@ class AttemptWatcher:
         self.output.close()
         self.events.close()
         return reports
+
+    def check_checkpoint(self) -> list[Report]:
+        """A new or newer checkpoint on disk is progress, heartbeat or not."""
+        now = checkpoints.stamp(self.job.spec.checkpoint)
+        if now is None or (self.checkpoint is not None and now[1] <= self.checkpoint[1]):
+            return []  # none yet, or none newer than the last one seen
+        self.checkpoint = now
+        self.advanced = True
+        self.advances += 1
+        self.detector.progress(time.monotonic())
+        return [event("checkpoint_saved", path=now[0], seen="on disk")]
 
     def check_hang(self) -> Report | None:
         """A `hang_detected` report once the job is past its silence limit, else None."""
@@ -174,9 +189,11 @@ class AttemptWatcher:
         kind = record.pop("event", None)
         record.pop("ts", None)
         if kind == "progress":
+            self._note_position(record)
             return self._progress(record, force=False)
         if kind == "epoch_end":
             self.advanced = True
+            self.advances += 1
             eta = _eta(record)
             if eta is not None:
                 record["eta_s"] = eta
@@ -184,16 +201,66 @@ class AttemptWatcher:
             return [*reports, *self._progress(record, force=True), event("progress", **record)]
         if kind == "checkpoint_saved":
             self.advanced = True
+            self.advances += 1
+            if isinstance(record.get("epoch"), int):  # what a restart resumes after
+                self.progress = {**(self.progress or {}), "saved_epoch": record["epoch"]}
+                return [Report(PROGRESS, {"force": True}), event(kind, **record)]
         elif kind == "run_completed":
             self.completed = True
         elif kind == "drill_fired":
             return [Report(DRILL_FIRED, {"kind": str(record.get("kind"))})]
         return [event(str(kind), **record)] if kind in WORKER_EVENTS else []
 
+    def _output_progress(self, data: bytes) -> list[Report]:
+        """Progress the job printed (tqdm, HF, Lightning, Epoch N/M). Output keeps the job
+        alive unless it is nothing but redraws of a bar whose counter did not move."""
+        found = progress.latest(data)
+        moved = False
+        if found:
+            where = progress.position(found)
+            moved = bool(where) and where > self.position
+            if moved:
+                self.advances += 1 if self.position else 0
+                self.position = where
+        if moved or not progress.only_progress(data):
+            self.detector.progress(time.monotonic())
+        if not found:
+            return []
+        # shown in status, but not a heartbeat: the policy's "reports progress" is the job's
+        # own word (events), which says when work was saved
+        self.progress = {**(self.progress or {}), **found, "at": time.time(), "source": "output"}
+        return [Report(PROGRESS, {"force": False})]
+
+    def _pace(self, record: dict[str, Any], now: float) -> float | None:
+        """Seconds left at the pace of the steps reported so far in this attempt."""
+        step, total = record.get("step"), record.get("total")
+        if not isinstance(step, (int, float)) or not isinstance(total, (int, float)):
+            return None
+        if self.pace_start is None:
+            self.pace_start = (now, float(step))
+            return None
+        t0, s0 = self.pace_start
+        if now <= t0 or step <= s0:
+            return None
+        return round((total - step) * (now - t0) / (step - s0), 1)
+
+    def _note_position(self, record: dict[str, Any]) -> None:
+        """A progress report counts as an advance only when its counters moved forward."""
+        keys = ("epoch", "step", "batch")
+        position = tuple(float(record[k]) for k in keys if isinstance(record.get(k), (int, float)))
+        if position and position > self.position:
+            if self.position:
+                self.advances += 1
+            self.position = position
+
     def _progress(self, record: dict[str, Any], force: bool) -> list[Report]:
         self.progress_seen = True
         self.classifier.note_progress()
-        self.progress = {**(self.progress or {}), **record, "at": time.time()}
+        now = time.time()
+        self.progress = {**(self.progress or {}), **record, "at": now, "heartbeat": True}
+        eta = self._pace(record, now)
+        if eta is not None:
+            self.progress["eta_s"] = eta
         return [Report(PROGRESS, {"force": force})]
 
     def _slowdown(self, record: dict[str, Any]) -> list[Report]:

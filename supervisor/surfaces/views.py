@@ -31,7 +31,8 @@ def job_view(engine: Engine, job: Job) -> dict[str, Any]:
         "state": job.state.value,
         "reason": job.reason,
         "kind": job.kind,
-        "attempts": job.attempts,
+        "attempts": job.run_attempts,  # of this run; earlier runs are history
+        "attempts_total": job.attempts,
         "pid": pid,
         "device": job.device,
         "last_fault": job.last_fault,
@@ -49,7 +50,8 @@ def job_view(engine: Engine, job: Job) -> dict[str, Any]:
 
 def _spent(engine: Engine, job: Job, last: Attempt | None) -> budget.Spent:
     ended = last.ended if job.state.terminal and last is not None else None
-    return budget.spent(job.spec, engine.store.first_started(job.name), time.time(), ended)
+    first = engine.store.first_started(job.name, job.run_from)
+    return budget.spent(job.spec, first, time.time(), ended)
 
 
 def log_chunk(engine: Engine, job: Job, request: dict[str, Any]) -> dict[str, Any]:

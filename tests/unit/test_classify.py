@@ -538,7 +538,7 @@ def test_config_dir_follows_the_environment(
 def test_diagnose_json(capsys: pytest.CaptureFixture[str]) -> None:
     path = CORPUS / "gpu_memory_fault" / "rocm_aperture_violation_then_abort.log"
     out = io.StringIO()
-    assert run_diagnose(str(path), True, out) == C.EXIT_OK
+    assert run_diagnose(str(path), True, out) == 4  # the log shows a failure
     document = json.loads(out.getvalue())
     assert document["category"] == C.GPU_MEMORY_FAULT
     assert document["signature"] == "hsa-memory-aperture-violation"
@@ -549,7 +549,7 @@ def test_diagnose_json(capsys: pytest.CaptureFixture[str]) -> None:
 def test_diagnose_text_output() -> None:
     path = CORPUS / "oom" / "cuda_oom_old_torch.log"
     out = io.StringIO()
-    assert run_diagnose(str(path), False, out) == C.EXIT_OK
+    assert run_diagnose(str(path), False, out) == 4  # the log shows a failure
     text = out.getvalue()
     assert f"{path}: oom at line 14" in text
     assert "signature: gpu-out-of-memory" in text and "14: RuntimeError: CUDA out" in text

@@ -154,3 +154,28 @@ def test_the_shim_gets_a_bounded_moment_to_take_charge_before_it_is_signalled() 
     assert esc.next(100.0, shim_ready=False, ended=False).kind == WAIT
     assert esc.next(109.9, shim_ready=False, ended=False).kind == WAIT
     assert esc.next(110.0, shim_ready=False, ended=False).kind == ASK  # not forever
+
+
+# --- exit 0 is not enough; the words of a decision ------------------------------------
+
+
+def test_exit_zero_after_an_unrecovered_oom_is_an_oom_for_a_command_job() -> None:
+    step = core.attempt_ended(job(), ended(OOM, code=0), NOW)
+    assert step.outcome.category == C.OOM and step.decision.action == "restart"
+    assert step.plan == Plan(batch=8)
+    first = step.outcome.evidence[0]
+    assert first.startswith("exit 0, but the output shows an unrecovered oom at output.log:12")
+    assert "wrapper script may hide the exit code" in first
+
+
+def test_exit_zero_is_trusted_where_rsup_runs_the_trainer_itself() -> None:
+    trusted = ended(OOM, code=0, trust_exit_zero=True)
+    assert core.attempt_ended(job(), trusted, NOW).state == S.SUCCEEDED
+
+
+def test_the_decision_names_the_last_saved_epoch_not_the_one_in_progress() -> None:
+    progress = {"epoch": 3, "saved_epoch": 2}
+    step = core.attempt_ended(job(progress=progress), ended(OOM), NOW)
+    assert "resuming after epoch 2 in 10 s" in step.reason
+    fresh = core.attempt_ended(job(progress={"epoch": 1}), ended(OOM), NOW)
+    assert "starting attempt 2 in 10 s" in fresh.reason
