@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv test lint typecheck unit demo bench e2e soak compare clean
+.PHONY: all venv test lint typecheck unit demo bench e2e libs soak compare clean
 
 all: test
 
@@ -33,7 +33,7 @@ typecheck: $(STAMP)
 
 # pytest exits 5 when it collected nothing: that proves nothing, so it fails loudly.
 test: lint typecheck
-	@$(BIN)/pytest -q -m "not slow" $(PYTEST_ARGS); rc=$$?; \
+	@$(BIN)/pytest -q -m "not slow and not libs" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
 
 unit: $(STAMP)
@@ -41,6 +41,10 @@ unit: $(STAMP)
 
 e2e: $(STAMP)
 	$(BIN)/pytest -q tests/e2e $(PYTEST_ARGS)
+
+# Hugging Face Trainer, Lightning and a plain loop under rsup on the CPU (a few minutes).
+libs: $(STAMP)
+	$(BIN)/pytest -q -m libs tests/e2e/test_libraries.py $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/python -m rsup.supervisor.cli.demo

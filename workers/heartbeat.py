@@ -128,10 +128,18 @@ def _oom_drill_due(epoch: Optional[int]) -> "Optional[dict[str, Any]]":
 
 
 def _raise_oom() -> None:
-    """A real allocation failure on the job's device: torch.OutOfMemoryError on a GPU."""
+    """A real allocation failure on the job's GPU: torch's own out-of-memory error.
+
+    Without a GPU there is no GPU allocator to fail: the drill then raises the same error
+    class with a message that says it stands for one (a test double for the GPU)."""
     import torch
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    block = torch.empty((OOM_DRILL_BYTES,), dtype=torch.uint8, device=device)
-    del block
-    raise RuntimeError(f"oom drill: an allocation of {OOM_DRILL_BYTES} bytes did not fail")
+    if torch.cuda.is_available():
+        block = torch.empty((OOM_DRILL_BYTES,), dtype=torch.uint8, device="cuda")
+        del block
+        raise RuntimeError(f"oom drill: an allocation of {OOM_DRILL_BYTES} bytes did not fail")
+    error = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    raise error(
+        f"CUDA out of memory. Tried to allocate {OOM_DRILL_BYTES >> 30} GiB (rsup oom drill "
+        "on a machine without a GPU: this error stands for the GPU allocator's)"
+    )

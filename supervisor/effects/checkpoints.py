@@ -2,8 +2,8 @@
 glob (`out/checkpoint-*`), newest first; a corrupt newest one falls back to the one before.
 
 torch.save files are zip archives, checked member by member (CRC) without torch. A folder
-(Hugging Face `checkpoint-N`) counts when it holds files, and its trainer_state.json, if
-any, parses. Newest: by the number at the end of the name when every match has one
+(Hugging Face `checkpoint-N`) counts when it holds files, and its trainer_state.json (HF
+writes it last, so a folder without one was cut short) parses. Newest: by the number at the end of the name when every match has one
 (checkpoint-500 < checkpoint-1000), else by modification time.
 """
 
@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 GLOB_CHARS = frozenset("*?[")
+_HF_FOLDER = re.compile(r"checkpoint-\d+")
 _NUMBER = re.compile(r"(\d+)(?:\.[A-Za-z]+)?$")
 
 
@@ -61,6 +62,8 @@ def stamp(checkpoint: str | None) -> tuple[str, float] | None:
 def whole(path: Path) -> bool:
     if path.is_dir():
         state = path / "trainer_state.json"
+        if _HF_FOLDER.fullmatch(path.name) and not state.exists():
+            return False  # HF writes trainer_state.json after the weights: cut short
         if state.exists():
             try:
                 json.loads(state.read_text())

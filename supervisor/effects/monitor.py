@@ -164,8 +164,12 @@ class AttemptMonitor:
                 self.drills.worker_fired(report.fields["kind"], self._epoch())
 
     def _epoch(self) -> int | None:
-        epoch = (self.watcher.progress or {}).get("epoch")
-        return epoch if isinstance(epoch, int) else None
+        progress = self.watcher.progress or {}
+        epoch = progress.get("epoch")
+        if isinstance(epoch, int):
+            return epoch
+        fraction = progress.get("epoch_float")  # HF Trainer logs epochs as 1.25, 2.0...
+        return int(fraction) if isinstance(fraction, float) else None
 
     def _fire_drills(self) -> None:
         if not self.drills.pending or self.drills.kind == "ultralytics":

@@ -85,9 +85,19 @@ async def capture(root_pid: int | None, attempt_dir: Path) -> Stacks:
 
 
 async def _dump(tool: str, pid: int) -> tuple[str, str | None]:
+    """A consistent dump first; a process py-spy cannot pause (one stopped with SIGSTOP,
+    as the hang drill does) is read without pausing it."""
+    text, error = await _dump_once(tool, pid, ())
+    if text:
+        return text, None
+    fallback, _ = await _dump_once(tool, pid, ("--nonblocking",))
+    return (fallback, None) if fallback else ("", error)
+
+
+async def _dump_once(tool: str, pid: int, extra: tuple[str, ...]) -> tuple[str, str | None]:
     try:
         proc = await asyncio.create_subprocess_exec(
-            tool, "dump", "--pid", str(pid), stdin=asyncio.subprocess.DEVNULL,
+            tool, "dump", *extra, "--pid", str(pid), stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
     except OSError as exc:
@@ -99,8 +109,9 @@ async def _dump(tool: str, pid: int) -> tuple[str, str | None]:
         await proc.wait()
         return "", f"py-spy did not answer within {DUMP_TIMEOUT:g} s"
     if proc.returncode != 0:
-        said = err.decode(errors="replace").strip().splitlines()
-        reason = said[-1] if said else f"py-spy exited {proc.returncode}"
+        said = [line.strip() for line in err.decode(errors="replace").splitlines()]
+        said = [line for line in said if line.startswith(("Error:", "0:"))] or said
+        reason = " ".join(said[:2]) if said else f"py-spy exited {proc.returncode}"
         if "ermission" in reason or "ptrace" in reason.lower():
             reason += " (ptrace is not allowed here: run rsupd as root or with CAP_SYS_PTRACE)"
         return "", reason

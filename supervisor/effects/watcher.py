@@ -66,6 +66,7 @@ class AttemptWatcher:
         self.advances = 0  # epochs, steps or checkpoints that moved the job forward
         self.position: tuple[float, ...] = ()  # the furthest (epoch, step) reported
         self.pace_start: tuple[float, float] | None = None  # (time, step) of the first report
+        self.output_pace: tuple[float, float] | None = None  # (time, fraction done) first seen
         self.progress: dict[str, Any] | None = None
         self.faults_seen: set[str] = set()
         self.pending = b""
@@ -226,10 +227,27 @@ class AttemptWatcher:
             self.detector.progress(time.monotonic())
         if not found:
             return []
+        if found.get("eta_s") is None:
+            eta = self._output_pace(found)
+            if eta is not None:
+                found["eta_s"] = eta
         # shown in status, but not a heartbeat: the policy's "reports progress" is the job's
         # own word (events), which says when work was saved
         self.progress = {**(self.progress or {}), **found, "at": time.time(), "source": "output"}
         return [Report(PROGRESS, {"force": False})]
+
+    def _output_pace(self, found: dict[str, Any]) -> float | None:
+        """Seconds left at the pace the printed counters moved in this attempt."""
+        done, now = progress.fraction(found), time.monotonic()
+        if done is None:
+            return None
+        if self.output_pace is None or done < self.output_pace[1]:
+            self.output_pace = (now, done)
+            return None
+        t0, d0 = self.output_pace
+        if now <= t0 or done <= d0:
+            return None
+        return round((1.0 - done) * (now - t0) / (done - d0), 1)
 
     def _pace(self, record: dict[str, Any], now: float) -> float | None:
         """Seconds left at the pace of the steps reported so far in this attempt."""

@@ -126,6 +126,17 @@ def with_eta(found: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
+def fraction(found: dict[str, Any]) -> float | None:
+    """How much of the whole run is done (0..1), where the counters say: epochs of epochs
+    with the step within the epoch, or step of total."""
+    epoch, epochs = found.get("epoch"), found.get("epochs")
+    step, total = found.get("step"), found.get("total")
+    within = step / total if isinstance(step, int) and isinstance(total, int) and total else None
+    if isinstance(epoch, int) and isinstance(epochs, int) and epochs > 0:
+        return min(1.0, (max(0, epoch - 1) + (within or 0.0)) / epochs)
+    return within
+
+
 def position(found: dict[str, Any]) -> tuple[float, ...]:
     """Ordering of progress reports: (epoch, step) as far as known."""
     epoch = found.get("epoch", found.get("epoch_float"))
