@@ -2,8 +2,9 @@
 glob (`out/checkpoint-*`), newest first; a corrupt newest one falls back to the one before.
 
 torch.save files are zip archives, checked member by member (CRC) without torch. A folder
-(Hugging Face `checkpoint-N`) counts when it holds files, and its trainer_state.json (HF
-writes it last, so a folder without one was cut short) parses. Newest: by the number at the end of the name when every match has one
+counts when it holds files; a Hugging Face `checkpoint-N` folder also needs its
+trainer_state.json (HF writes it last: without one the save was cut short), and it must
+parse. Newest: by the number at the end of the name when every match has one
 (checkpoint-500 < checkpoint-1000), else by modification time.
 """
 
