@@ -128,14 +128,21 @@ def _oom_drill_due(epoch: Optional[int]) -> "Optional[dict[str, Any]]":
 
 
 def _raise_oom() -> None:
-    """A real allocation failure on the job's GPU: torch's own out-of-memory error.
-
-    Without a GPU there is no GPU allocator to fail: the drill then raises the same error
-    class with a message that says it stands for one (a test double for the GPU)."""
     import torch
 
-    if torch.cuda.is_available():
-        block = torch.empty((OOM_DRILL_BYTES,), dtype=torch.uint8, device="cuda")
+    raise_oom("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def raise_oom(device: Any) -> None:
+    """A real allocation failure on the job's GPU: torch's own out-of-memory error.
+
+    Without a GPU there is no GPU allocator to fail (the CPU's says the host is out of
+    RAM, another fault): the drill then raises the GPU error class with a message that
+    says it stands for one (a test double for the GPU)."""
+    import torch
+
+    if str(device) != "cpu":
+        block = torch.empty((OOM_DRILL_BYTES,), dtype=torch.uint8, device=device)
         del block
         raise RuntimeError(f"oom drill: an allocation of {OOM_DRILL_BYTES} bytes did not fail")
     error = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 DRILL_KINDS = ("kill", "hang", "oom")
 DRILLS_FIRED = "drills-fired.json"
 # More than any address space: every allocator refuses it, on every device.
-OOM_DRILL_BYTES = 1 << 52
 PROGRESS_INTERVAL = 0.5
 VAL_BEAT_INTERVAL = 5.0
 DRILLS_FILE_INTERVAL = 1.0
@@ -141,13 +140,9 @@ def execute_drill(kind: str, device: Any) -> None:
     elif kind == "hang":
         os.kill(os.getpid(), signal.SIGSTOP)
     elif kind == "oom":
-        import torch
-
-        # Raises the allocator's own error: torch.OutOfMemoryError ("CUDA out of memory",
-        # "HIP out of memory") on a GPU, "DefaultCPUAllocator: can't allocate memory" on CPU.
-        block = torch.empty((OOM_DRILL_BYTES,), dtype=torch.uint8, device=device)
-        del block
-        raise RuntimeError(f"oom drill: an allocation of {OOM_DRILL_BYTES} bytes did not fail")
+        # The allocator's own error on a GPU (torch.OutOfMemoryError, "CUDA/HIP out of
+        # memory"); on the CPU the same error class, standing for the GPU's.
+        heartbeat.raise_oom(device)
 
 
 def _float(value: Any) -> float | None:

@@ -166,7 +166,8 @@ def test_remove_and_start_again_by_name(rsupd: Rsupd, tmp_path: Path) -> None:
     rsupd.wait_state("again", "succeeded")
     assert rsupd.cli("start", "again").returncode == 0
     job = rsupd.wait_state("again", "succeeded")
-    assert job["attempts"] == 2
+    # a new run: fresh counters; the first run's attempt stays as history
+    assert (job["attempts"], job["attempts_total"], job["last_fault"]) == (1, 2, None)
     folder = rsupd.state / "jobs" / "again"
     assert (folder / "attempts" / "2" / "output.log").read_text() == "hi\n"
     assert rsupd.cli("remove", "again").returncode == 0

@@ -43,52 +43,49 @@ def decisions(daemon: Rsupd, name: str) -> list[dict[str, object]]:
 
 
 def run_case(tmp_path: Path, point: str, mode: str, spec_extra: dict[str, object],
-             env: dict[str, str]) -> tuple[Rsupd, list[str], str]:  # fmt: skip
+             env: dict[str, str]) -> Rsupd:  # fmt: skip
     starts = tmp_path / "starts.txt"
     command = [sys.executable, str(FIXTURES / "crash_oom.py"), mode, str(starts), "{batch}"]
     spec = write_spec(tmp_path, "crashy", command, restart={"backoff": {"initial": 0}},
                       **spec_extra)  # fmt: skip
-    daemon = crash_then_recover(tmp_path, spec, "crashy", point, env)
-    return daemon, starts.read_text().splitlines() if starts.exists() else [], "crashy"
+    return crash_then_recover(tmp_path, spec, "crashy", point, env)
+
+
+def applied_once(
+    daemon: Rsupd, tmp_path: Path, starts: list[str], plan: dict[str, object]
+) -> dict[str, object]:
+    """The job succeeded on its second attempt, started exactly as `starts` say, after
+    one restart decision that changed the plan as `plan` says; its status."""
+    try:
+        status = daemon.wait_state("crashy", "succeeded", "failed", timeout=60)
+        assert status["state"] == "succeeded", daemon.events("crashy")
+        seen = (tmp_path / "starts.txt").read_text().splitlines()
+        assert seen == starts, seen
+        made = decisions(daemon, "crashy")
+        assert [(d["attempt"], d["action"], d["overrides"]) for d in made] == [
+            (1, "restart", plan),
+            (2, "succeed", {}),
+        ], made
+        assert status["attempts"] == 2
+        return status
+    finally:
+        daemon.shutdown()
+        kill_leftovers(tmp_path / "state")
 
 
 @pytest.mark.parametrize("point", END_POINTS + MOVE_POINTS)
 def test_halved_batch_is_applied_exactly_once(tmp_path: Path, point: str) -> None:
-    daemon, _, name = run_case(tmp_path, point, "batch", {"batch": 16}, {})
-    try:
-        status = daemon.wait_state(name, "succeeded", "failed", timeout=60)
-        starts = (tmp_path / "starts.txt").read_text().splitlines()
-        assert status["state"] == "succeeded", daemon.events(name)
-        # one OOM at 16, then 8 (never 4: the halving is not applied twice)
-        assert starts == ["batch=16 argv=16 device=cpu", "batch=8 argv=8 device=cpu"], starts
-        made = decisions(daemon, name)
-        assert [(d["attempt"], d["action"], d["overrides"]) for d in made] == [
-            (1, "restart", {"batch": 8}),
-            (2, "succeed", {}),
-        ], made
-        assert status["attempts"] == 2
-    finally:
-        daemon.shutdown()
-        kill_leftovers(tmp_path / "state")
+    daemon = run_case(tmp_path, point, "batch", {"batch": 16}, {})
+    # one OOM at 16, then 8 (never 4: the halving is not applied twice)
+    starts = ["batch=16 argv=16 device=cpu", "batch=8 argv=8 device=cpu"]
+    applied_once(daemon, tmp_path, starts, {"batch": 8})
 
 
 @pytest.mark.parametrize("point", END_POINTS)
 def test_fallback_to_the_cpu_is_applied_exactly_once(tmp_path: Path, point: str) -> None:
     # RSUP_FAKE_GPUS: a test double for one GPU that is not here (index 0)
     env = {"RSUP_FAKE_GPUS": "0"}
-    extra = {"batch": 1, "probe": {"enabled": False}}
-    daemon, _, name = run_case(tmp_path, point, "device", extra, env)
-    try:
-        status = daemon.wait_state(name, "succeeded", "failed", timeout=60)
-        starts = (tmp_path / "starts.txt").read_text().splitlines()
-        assert status["state"] == "succeeded", daemon.events(name)
-        assert starts == ["batch=1 argv=1 device=0", "batch=1 argv=1 device=cpu"], starts
-        made = decisions(daemon, name)
-        assert [(d["attempt"], d["action"], d["overrides"]) for d in made] == [
-            (1, "restart", {"device": "cpu"}),
-            (2, "succeed", {}),
-        ], made
-        assert status["device"] == "cpu" and status["attempts"] == 2
-    finally:
-        daemon.shutdown()
-        kill_leftovers(tmp_path / "state")
+    daemon = run_case(tmp_path, point, "device", {"batch": 1, "probe": {"enabled": False}}, env)
+    starts = ["batch=1 argv=1 device=0", "batch=1 argv=1 device=cpu"]
+    status = applied_once(daemon, tmp_path, starts, {"device": "cpu"})
+    assert status["device"] == "cpu"
