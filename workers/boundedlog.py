@@ -7,12 +7,18 @@ replaces output.log. Before the replace, the caller is told the new file's
 generation, inode and size (``resume_offset``) so that a reader tailing the file can
 finish the old inode and continue the new one where new bytes start.
 
+`pump` moves bytes from a pipe straight into the file: os.splice (Linux, Python 3.10+)
+while they fit under the bound, so they never pass through Python; a read and `write`
+when splice is missing or refused (EINVAL, ENOSYS, ...) and whenever the next bytes
+would pass the bound, so a rewrite (and its accounting) happens exactly as for `write`.
+
 Standard library only, Python 3.9+.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,6 +29,11 @@ MARKER_RESERVE = 64  # longest marker: 20 digits
 COPY_CHUNK = 1024 * 1024
 ALIGN_WINDOW = 64 * 1024  # look this far for a line start, so the tail starts on one
 MIN_MAX_BYTES = 16 * 1024
+_SPLICE: Callable[..., int] | None = getattr(os, "splice", None)  # Python 3.10+, Linux
+SPLICE_F_MOVE = getattr(os, "SPLICE_F_MOVE", 1)
+SPLICE_F_NONBLOCK = getattr(os, "SPLICE_F_NONBLOCK", 2)  # an empty pipe: EAGAIN, no wait
+# Splice cannot do this here (old kernel, file system, an O_APPEND target): read instead.
+NO_SPLICE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF, errno.EXDEV})
 
 
 @dataclass(frozen=True)
@@ -75,7 +86,11 @@ class BoundedLog:
         self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         self._size = os.fstat(self._fd).st_size
         self._marker_len = 0  # the marker this writer put in, not real output
-        self._ends_line = True
+        self._ends_line: bool | None = True  # None: spliced, look at the file's last byte
+        # Splice refuses an O_APPEND target: a second descriptor without it, writing at
+        # the size we keep (this writer is the file's only one while it runs).
+        self._splice_fd: int | None = None
+        self.splice_ok = _SPLICE is not None
 
     def write(self, data: bytes) -> None:
         """Append `data`, rewriting the file first when it would pass the bound."""
@@ -92,13 +107,69 @@ class BoundedLog:
             self._size = os.fstat(self._fd).st_size
         self._ends_line = data.endswith(b"\n")
 
+    def pump(self, src: int, limit: int) -> int:
+        """Move up to `limit` bytes from the non-blocking pipe `src` into the log.
+
+        Returns how many bytes left the pipe (written, or dropped and counted as `write`
+        does), 0 at its end; BlockingIOError when it is empty."""
+        room = self.max_bytes - self._size
+        if self.splice_ok and room > 0:
+            moved = self._splice(src, min(limit, room))
+            if moved is not None:
+                return moved
+        data = os.read(src, limit)
+        self.write(data)
+        return len(data)
+
     def note(self, line: str) -> None:
         """Write a line of our own, starting a new line if the job left one open."""
-        prefix = "" if self._ends_line else "\n"
+        prefix = "" if self._ends_line_now() else "\n"
         self.write(f"{prefix}{line}\n".encode("utf-8", "replace"))
 
     def close(self) -> None:
+        self._drop_splice_fd()
         os.close(self._fd)
+
+    def _splice(self, src: int, count: int) -> int | None:
+        """Splice `count` bytes at most; None when splice cannot (read the bytes instead)."""
+        assert _SPLICE is not None
+        try:
+            if self._splice_fd is None:
+                self._splice_fd = self._open_splice_fd()
+            moved = _SPLICE(src, self._splice_fd, count, None, self._size,
+                            SPLICE_F_MOVE | SPLICE_F_NONBLOCK)  # fmt: skip
+        except BlockingIOError:
+            raise  # the pipe is empty
+        except OSError as exc:
+            if exc.errno in NO_SPLICE:
+                self.splice_ok = False  # for good: read and write from now on
+                self._drop_splice_fd()
+            return None  # e.g. a full disk: `write` drops and counts the bytes
+        if moved:
+            self._size += moved
+            self._ends_line = None
+        return int(moved)
+
+    def _open_splice_fd(self) -> int:
+        fd = os.open(self.path, os.O_WRONLY)
+        if os.fstat(fd).st_ino != os.fstat(self._fd).st_ino:  # replaced by someone else
+            os.close(fd)
+            raise OSError(errno.EXDEV, f"{self.path} is not the file being written")
+        return fd
+
+    def _drop_splice_fd(self) -> None:
+        if self._splice_fd is not None:
+            os.close(self._splice_fd)
+            self._splice_fd = None
+
+    def _ends_line_now(self) -> bool:
+        if self._ends_line is None:
+            try:
+                last = os.pread(self._fd, 1, self._size - 1) if self._size else b""
+            except OSError:
+                last = b""
+            self._ends_line = last in (b"\n", b"")
+        return self._ends_line
 
     def _append(self, data: bytes) -> None:
         _write_all(self._fd, data)
@@ -131,6 +202,7 @@ class BoundedLog:
             _unlink(tmp)
             raise
         os.close(self._fd)
+        self._drop_splice_fd()  # it writes to the old inode
         self._fd, self._size, self._marker_len = fd, st.st_size, len(marker)
         self.generation, self.dropped_total = rotation.generation, rotation.dropped_bytes_total
         self.dropped += dropped

@@ -47,12 +47,21 @@ from rsup.workers.shimstart import join_cgroup, open_log, spawn, spawn_failed
 
 READ_CHUNK = 1024 * 1024
 PIPE_SIZE = 1024 * 1024  # a bigger pipe lets a chatty job run on while we write
-READS_PER_WAKE = 16  # bound a burst of reads so signals are still seen promptly
+PIPE_MAX_SIZE = "/proc/sys/fs/pipe-max-size"  # the most an unprivileged F_SETPIPE_SZ gets
+PUMP_MAX = 16 * READ_CHUNK  # bound a burst of copying so signals are still seen promptly
+# Coalescing: after a wake that found little in the pipe, stop listening to it for REST
+# seconds. A writer wakes its reader only when it writes into an empty pipe that a reader
+# waits on, so a job printing line by line then writes into the pipe as cheaply as into a
+# file, and the next wake moves a REST's worth of lines in one splice. A wake that found
+# more than a quarter of the pipe means the job outpaces the rest: listen again at once.
+# The first line after a silence still wakes the shim at once (a fatal line is not held).
+REST = 0.004
 SCAN_FIRST, SCAN_MAX = 0.02, 0.5  # seconds between looks at a tree that is ending
 ORPHAN_GRACE_MAX = 5.0
 KILL_TIMEOUT = 10.0  # SIGKILL passes before giving up on a process stuck in the kernel
 DRAIN_TIMEOUT = 2.0  # a writer outside the tree could hold the pipe open for ever
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # named only from Python 3.10
+F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 
 
 class Phase(str, enum.Enum):
@@ -94,9 +103,8 @@ class Shim:
         assert proc.stdout is not None
         self.pipe_fd: int | None = proc.stdout.fileno()
         os.set_blocking(self.pipe_fd, False)
-        # Above the system's pipe-max-size this fails, and the default size still works.
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(self.pipe_fd, F_SETPIPE_SZ, PIPE_SIZE)
+        self.pipe_size = grow_pipe(self.pipe_fd)
+        self.resting_until: float | None = None  # not listening to the pipe until then
         self.poller = select.poll()
         self.poller.register(self.signals.fd, select.POLLIN)
         self.poller.register(self.pipe_fd, select.POLLIN)
@@ -111,13 +119,16 @@ class Shim:
                     self._dispatch(self.signals.take())
                 elif fd == self.pipe_fd:
                     self._pump()
+            if self.resting_until is not None and time.monotonic() >= self.resting_until:
+                self._pump()
             self._reap()
             self._settle()
 
     def _timeout_ms(self, now: float) -> int | None:
-        if self.phase is Phase.RUNNING:
-            return None  # SIGCHLD or a stop request wakes us
-        wake = self.deadline
+        rest = math.inf if self.resting_until is None else self.resting_until
+        if self.phase is Phase.RUNNING and rest == math.inf:
+            return None  # SIGCHLD, a stop request or output wakes us
+        wake = min(self.deadline, rest)
         if self.phase in (Phase.STOPPING, Phase.ORPHANS):
             wake = min(wake, self.next_scan)
         return max(0, math.ceil(min(wake - now, 3600.0) * 1000))
@@ -257,20 +268,32 @@ class Shim:
     # Output ------------------------------------------------------------------------
 
     def _pump(self) -> None:
-        assert self.pipe_fd is not None
-        for _ in range(READS_PER_WAKE):
+        """Move what the pipe holds into output.log, then rest or listen again."""
+        if self.pipe_fd is None:
+            self.resting_until = None
+            return
+        moved = 0
+        while moved < PUMP_MAX:
             try:
-                data = os.read(self.pipe_fd, READ_CHUNK)
+                n = self.log.pump(self.pipe_fd, READ_CHUNK)
             except BlockingIOError:
-                return
-            if not data:
+                break  # the pipe is empty
+            if not n:
                 self._close_pipe()  # every writer is gone (or closed its stdout)
                 return
-            self.log.write(data)
-            if len(data) < READ_CHUNK:
-                return  # the pipe is empty: spare a read that would only say so
+            moved += n
+            if n < READ_CHUNK:
+                break  # it had less: do not chase a job's every write with tiny moves
+        if 0 < moved < self.pipe_size // 4:
+            if self.resting_until is None:
+                self.poller.modify(self.pipe_fd, 0)
+            self.resting_until = time.monotonic() + REST
+        elif self.resting_until is not None:
+            self.poller.modify(self.pipe_fd, select.POLLIN)
+            self.resting_until = None
 
     def _close_pipe(self) -> None:
+        self.resting_until = None
         if self.pipe_fd is not None:
             self.poller.unregister(self.pipe_fd)
             assert self.proc.stdout is not None
@@ -307,6 +330,23 @@ class Shim:
             self.log.note(f"rsup:   {line}")
         killed, self.survivors = proctree.kill_all(self.pid, self.job_pid, self._reap, KILL_TIMEOUT)
         self._remember(killed)
+
+
+def grow_pipe(fd: int) -> int:
+    """Make the job's pipe PIPE_SIZE (or the system's pipe-max-size, if lower) so a
+    chatty job runs on while the shim rests; the size it has (failures are harmless)."""
+    sizes = [PIPE_SIZE]
+    with contextlib.suppress(OSError, ValueError), open(PIPE_MAX_SIZE) as f:
+        sizes.append(min(PIPE_SIZE, int(f.read())))
+    for size in sizes:
+        try:
+            return int(fcntl.fcntl(fd, F_SETPIPE_SZ, size))
+        except OSError:
+            continue
+    try:
+        return int(fcntl.fcntl(fd, F_GETPIPE_SZ))
+    except OSError:
+        return 64 * 1024  # Linux's default
 
 
 def main(args: list[str] | None = None) -> int:
