@@ -19,11 +19,13 @@ from rsup.supervisor.effects import retention
 from rsup.supervisor.effects.configdir import config_file
 from rsup.supervisor.effects.engine import Engine
 from rsup.supervisor.effects.paths import Layout, default_socket, default_state_dir
-from rsup.supervisor.surfaces import metrics
-from rsup.supervisor.surfaces.api import Api
+from rsup.supervisor.surfaces import metrics, notifications, web_auth
+from rsup.supervisor.surfaces.api import Api, ApiError
 from rsup.supervisor.surfaces.journal import JournalBridge, JournalSender, under_systemd
 from rsup.supervisor.surfaces.memreport import MemoryReport
+from rsup.supervisor.surfaces.notifications import Notifications
 from rsup.supervisor.surfaces.notify import Notifier, SystemdLink, job_environment
+from rsup.supervisor.surfaces.web import Dashboard
 from rsup.workers import constants as C
 
 if sys.version_info >= (3, 11):
@@ -55,6 +57,11 @@ class Config:
     metrics_textfile: Path | None = None  # node exporter's textfile collector
     probe_extra_stages: tuple[str, ...] = ()  # stage files every GPU probe runs
     keep_attempts: int = retention.DEFAULT_KEEP  # per job, besides the first; 0 keeps all
+    web_listen: str = web_auth.DEFAULT_LISTEN  # "" turns the dashboard off
+    web_allow_remote: bool = False
+    web_control: bool = False  # stop and restart buttons
+    notify_urls: tuple[str, ...] = ()  # Apprise URLs
+    notify_on: tuple[str, ...] = notifications.KINDS
 
     def journal_switches(self) -> tuple[bool, bool]:
         """(events, output) with "auto" resolved: on when running under systemd."""
@@ -84,6 +91,31 @@ def _listen(where: str, value: Any) -> str:
     except metrics.MetricsError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     return str(value)
+
+
+def _web_listen(where: str, value: Any) -> str:
+    if value == "":
+        return ""
+    try:
+        web_auth.parse_listen(str(value))
+    except web_auth.WebError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return str(value)
+
+
+def _urls(where: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and "://" in v for v in value):
+        raise ConfigError(f"{where} must be a list of Apprise URLs (SCHEME://...), not {value!r}")
+    return tuple(value)
+
+
+def _kinds(where: str, value: Any) -> tuple[str, ...]:
+    try:
+        if not isinstance(value, list):
+            raise notifications.NotifyError(f"a list of kinds, not {value!r}")
+        return notifications.check_kinds(value)
+    except notifications.NotifyError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def _stage_files(where: str, value: Any) -> tuple[str, ...]:
@@ -126,6 +158,12 @@ SCHEMA: dict[str, dict[str, tuple[str, Callable[[str, Any], Any]]]] = {
         "allow_remote": ("metrics_allow_remote", _bool),
         "textfile": ("metrics_textfile", _path),
     },
+    "web": {
+        "listen": ("web_listen", _web_listen),
+        "allow_remote": ("web_allow_remote", _bool),
+        "control": ("web_control", _bool),
+    },
+    "notify": {"urls": ("notify_urls", _urls), "on": ("notify_on", _kinds)},
 }
 
 
@@ -148,6 +186,12 @@ def load_config(path: Path | None) -> Config:
             metrics.check_host(host, config.metrics_allow_remote)
         except metrics.MetricsError as exc:
             raise ConfigError(f"{path}: [metrics] listen: {exc}") from None
+    if config.web_listen:
+        host = web_auth.parse_listen(config.web_listen)[0]
+        try:
+            web_auth.check_host(host, config.web_allow_remote)
+        except web_auth.WebError as exc:
+            raise ConfigError(f"{path}: [web] listen: {exc}") from None
     return config
 
 
@@ -179,6 +223,8 @@ class Daemon:
         self.config = config or Config()
         self.signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
         self.memory: MemoryReport | None = None
+        self.dashboard: Dashboard | None = None
+        self.notifications: Notifications | None = None
 
     async def run(self) -> int:
         engine = Engine(self.layout, base_env=job_environment())
@@ -191,6 +237,7 @@ class Daemon:
         engine.listeners.append(link.changed)
         engine.store.listeners.append(journal.on_event)
         engine.output_listeners.append(journal.on_output)
+        notes = self._notifications(engine)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2):
             loop.add_signal_handler(sig, self.signals.put_nowait, sig)
@@ -199,6 +246,7 @@ class Daemon:
             await engine.recover()
             await api.listen(self.socket_path)
             exporter = await self._metrics(engine)
+            await self._web(api)
             link.start()
             link.ready()  # only now: the socket accepts and every stored job is picked up
             self.memory = MemoryReport(self.layout.root / "memory-report.txt")
@@ -207,6 +255,9 @@ class Daemon:
                      journal_output=journal.output)  # fmt: skip
             return await self._serve(engine, link, journal)
         finally:
+            if self.dashboard is not None:
+                await self.dashboard.close()
+            await notes.close()
             await exporter.close()
             await link.close()
             await api.close()
@@ -225,6 +276,41 @@ class Daemon:
             return metrics.Exporter()
         engine.listeners.append(exporter.changed)
         return exporter
+
+    def _notifications(self, engine: Engine) -> Notifications:
+        """[notify] and each spec's notify:, heard from every committed event."""
+        config = self.config
+        notes = Notifications(engine.store, config.notify_urls, config.notify_on,
+                              link=self._job_link)  # fmt: skip
+        engine.store.listeners.append(notes.on_event)
+        self.notifications = notes
+        return notes
+
+    def _job_link(self, name: str) -> str | None:
+        return self.dashboard.job_link(name) if self.dashboard is not None else None
+
+    async def _web(self, api: Api) -> None:
+        """The dashboard when [web] listen is set; a failure here never stops supervision."""
+        api.handlers["web"] = self._web_off
+        config = self.config
+        if not config.web_listen:
+            return
+        try:
+            dashboard = Dashboard(api, self.layout.root, config.web_listen,
+                                  allow_remote=config.web_allow_remote,
+                                  control=config.web_control)  # fmt: skip
+            await dashboard.start()
+        except (OSError, web_auth.WebError) as exc:
+            log.error("dashboard not started; jobs are supervised as usual",
+                      listen=config.web_listen, error=str(exc))  # fmt: skip
+            return
+        self.dashboard = dashboard
+        api.handlers["web"] = dashboard.socket_op
+
+    async def _web_off(self, request: dict[str, Any], uid: int) -> Any:
+        raise ApiError("the dashboard is off: set [web] listen in rsupd.toml (e.g. "
+                       f'listen = "{web_auth.DEFAULT_LISTEN}") and restart rsupd, or see its log '
+                       "for why it did not start")  # fmt: skip
 
     async def _serve(self, engine: Engine, link: SystemdLink, journal: JournalBridge) -> int:
         while True:
@@ -261,10 +347,19 @@ class Daemon:
             journal.events, journal.output = self.config.journal_switches()
             engine.keep_attempts = self.config.keep_attempts
             link.debounce = self.config.status_debounce
+            self._reload_surfaces()
             source = self.config_path or config_file(CONFIG_NAME)
             log.info("configuration reloaded", config=str(source),
                      journal_events=journal.events, journal_output=journal.output)  # fmt: skip
         link.ready()
+
+    def _reload_surfaces(self) -> None:
+        """[notify] and [web] control apply at once; a new [web] listen needs a restart."""
+        config = self.config
+        if self.notifications is not None:
+            self.notifications.route = notifications.Route(config.notify_urls, config.notify_on)
+        if self.dashboard is not None:
+            self.dashboard.control = config.web_control
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

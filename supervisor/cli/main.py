@@ -73,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", type=Path, help="picture (default: NAME-report.png)")
     p.add_argument("--html", type=Path, help="page with the picture and tables")
     p.add_argument("--state-dir", type=Path, help="read this state dir (rsup run) instead of rsupd")
+    p = sub.add_parser("web", help="the dashboard's URL with your access token")
+    p.add_argument("--open", action="store_true", help="open it in a browser")
     service.add_parser(sub)
     p = sub.add_parser("diagnose", help="classify a training log offline")
     p.add_argument("logfile")
@@ -268,6 +270,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     return C.EXIT_OK
 
 
+def cmd_web(args: argparse.Namespace) -> int:
+    answer = _client(args).call("web")
+    print(answer["url"])
+    if args.open:
+        import webbrowser
+
+        webbrowser.open(answer["url"])
+    return C.EXIT_OK
+
+
 COMMANDS = {
     "start": cmd_start,
     "stop": cmd_stop,
@@ -283,6 +295,7 @@ COMMANDS = {
     "demo-data": cmd_demo_data,
     "service": service.run,
     "report": cmd_report,
+    "web": cmd_web,
 }
 
 if __name__ == "__main__":

@@ -136,6 +136,18 @@ class HooksSpec(_Model):
     timeout: PositiveDuration = 300.0
 
 
+NotifyKind = Literal[
+    "failed", "gave_up", "fallback_cpu", "hang_detected", "budget_stopped", "succeeded"
+]
+
+
+class NotifySpec(_Model):
+    """This job's notifications, added to rsupd.toml [notify] (Apprise URLs)."""
+
+    urls: list[str] = Field(default_factory=list)
+    on: list[NotifyKind] = Field(default_factory=list)  # empty: rsupd.toml's `on`
+
+
 class JobSpec(_Model):
     """A validated job spec; paths are absolute once it comes from load_spec or parse_spec."""
 
@@ -167,6 +179,7 @@ class JobSpec(_Model):
     share_gpu: bool = False  # may share its GPU with other jobs that also allow it
     # command/torchrun knobs: {batch} and {workers} in command, $RSUP_BATCH, $RSUP_WORKERS;
     # rsup halves them after an OOM or a DataLoader worker death
+    notify: NotifySpec | None = None
     batch: Annotated[int, Field(ge=1)] | None = None
     workers: Annotated[int, Field(ge=0)] | None = None
 
