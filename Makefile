@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv test lint typecheck unit demo bench e2e libs soak compare clean
+.PHONY: all venv test lint typecheck unit demo bench e2e libs compat soak compare clean
 
 all: test
 
@@ -51,6 +51,12 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	@for script in tests/bench/bench_*.py; do $(BIN)/python $$script || exit 1; done
+
+# The RDNA1 user's job side (Python 3.10, torch 1.13.1, Ultralytics 8.3.227, NumPy < 2)
+# under a real rsupd, and rsup.workers under Python 3.9 (tests/compat/README.md).
+# Builds .compat-venv on first use (2-4 min), about 1 min once it is cached.
+compat: $(STAMP)
+	$(BIN)/python tests/compat/run_compat.py $(COMPAT_ARGS)
 
 # Long suites, kept out of `make test`.
 soak: $(STAMP)
