@@ -13,6 +13,7 @@ NCCL_DISTRIBUTED = "nccl_distributed"
 SEGFAULT_ABORT = "segfault_abort"
 HANG = "hang"
 CONFIG_ERROR = "config_error"
+KILLED = "killed"  # ended by a signal from outside (scheduler, Ctrl-C) that nothing else explains
 UNKNOWN = "unknown"
 NONE = "none"
 
@@ -26,6 +27,7 @@ CATEGORIES = (
     SEGFAULT_ABORT,
     HANG,
     CONFIG_ERROR,
+    KILLED,
     UNKNOWN,
     NONE,
 )

@@ -32,15 +32,24 @@ CATEGORY_PRIORITY: dict[str, int] = {
     C.NCCL_DISTRIBUTED: 60,
     C.HANG: 50,
     C.SEGFAULT_ABORT: 30,
+    C.KILLED: 25,
     C.UNKNOWN: 10,
 }
 
+# Where a signature is tried. `line`: every line outside a traceback's frames (plain lines
+# and exception lines). `exception`: only the exception line that ends a traceback (and
+# the exception class a notebook traceback's header names). `frame`: only the frames of a
+# traceback, and only heard when the traceback's exception line is missing (cut off),
+# unknown, or an interrupt; the deepest frame matched speaks.
+LINE_SCOPE, EXCEPTION_SCOPE, FRAME_SCOPE = "line", "exception", "frame"
+SCOPES = (LINE_SCOPE, EXCEPTION_SCOPE, FRAME_SCOPE)
+
 _REQUIRED = ("id", "category", "pattern", "meaning", "action", "fatal")
-_OPTIONAL = ("priority", "remedy", "keywords", "enabled", "survivable")
+_OPTIONAL = ("priority", "remedy", "keywords", "enabled", "survivable", "scope")
 _ID_RE = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
 _INLINE_FLAGS_RE = re.compile(r"\(\?[aiLmsux-]+[:)]")
 _MIN_KEYWORD = 3
-ANCHOR_MIN = 3  # keywords an anchor must stand for to be searched instead of them
+ANCHOR_MIN = 2  # trigger literals an anchor must stand for to be searched instead of them
 
 
 class SignatureError(UsageError, ValueError):
@@ -61,13 +70,18 @@ class Signature:
     priority: int
     remedy: str | None
     # Literals (UTF-8) of which every match contains one; lower case when ignore_case.
-    # Empty when none could be derived: such a pattern is tried on every line.
+    # Empty when none could be derived: such a pattern is tried on every line. A line
+    # reaches the pattern only when it holds one (the most telling literals are chosen).
     keywords: tuple[bytes, ...]
     ignore_case: bool
     source: str
     # A job can live through it (a caught OOM, a logged import error): a match followed
     # by progress is not a cause of death.
     survivable: bool = False
+    scope: str = LINE_SCOPE  # where it is tried: line, exception, frame (see SCOPES)
+    # Literals of which every match contains one too, chosen to hold a `prefilter` word
+    # where the pattern allows: what is searched for in whole chunks (empty: keywords).
+    triggers: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,12 +138,13 @@ def trigger_words(
     """Words, one of which is in every fatal line: exact, lower-cased, and whether every
     line must be matched anyway (a pattern with no keyword).
 
-    An anchor stands in for the keywords containing it when there are enough of them: a
-    short word is slower to search for than a long one.
+    An anchor (a `prefilter` word) stands in for the trigger literals containing it when
+    there are enough of them: each word searched costs a pass over the chunk.
     """
+    fatal = [sig for sig in fatal if sig.scope == LINE_SCOPE]
     every_line = any(not sig.keywords for sig in fatal)
-    exact = {*extra, *(w for s in fatal if not s.ignore_case for w in s.keywords)}
-    folded = {w for s in fatal if s.ignore_case for w in s.keywords}
+    exact = {*extra, *(w for s in fatal if not s.ignore_case for w in s.triggers or s.keywords)}
+    folded = {w for s in fatal if s.ignore_case for w in s.triggers or s.keywords}
     return _stand_in(exact, anchors), _stand_in(folded, [a.lower() for a in anchors]), every_line
 
 
@@ -213,6 +228,8 @@ def _check_types(entry: dict[str, Any], where: str) -> None:
     for flag in ("enabled", "survivable"):
         if not isinstance(entry.get(flag, True), bool):
             raise SignatureError(f"{where}: {flag!r} must be true or false")
+    if entry.get("scope", LINE_SCOPE) not in SCOPES:
+        raise SignatureError(f"{where}: 'scope' must be one of: {', '.join(SCOPES)}")
     try:
         re.compile(entry["pattern"])
     except re.error as err:
@@ -223,9 +240,11 @@ def _compile(entry: dict[str, Any], prefer: Sequence[str]) -> Signature:
     pattern: str = entry["pattern"]
     ignore_case = pattern.startswith("(?i)")
     given = entry.get("keywords")
-    words = list(given) if given else derive_keywords(pattern, prefer)
+    words = list(given) if given else derive_keywords(pattern)
+    triggers = derive_keywords(pattern, prefer) or words
     if ignore_case:
         words = [w.lower() for w in words] if all(w.isascii() for w in words) else []
+        triggers = [w.lower() for w in triggers] if all(w.isascii() for w in triggers) else []
     return Signature(
         id=entry["id"],
         category=entry["category"],
@@ -240,6 +259,8 @@ def _compile(entry: dict[str, Any], prefer: Sequence[str]) -> Signature:
         ignore_case=ignore_case,
         source=entry["_where"],
         survivable=entry.get("survivable", False),
+        scope=entry.get("scope", LINE_SCOPE),
+        triggers=tuple(w.encode("utf-8") for w in triggers) if words else (),
     )
 
 

@@ -209,9 +209,9 @@ def test_a_cut_off_traceback_ends(catalogue: Catalogue) -> None:
     assert diagnose(text, catalogue).line == 1202
 
 
-def test_keyboard_interrupt_is_not_a_failure(catalogue: Catalogue) -> None:
+def test_keyboard_interrupt_alone_is_killed(catalogue: Catalogue) -> None:
     text = 'Traceback (most recent call last):\n  File "x.py", line 1\nKeyboardInterrupt\n'
-    assert diagnose(text, catalogue).category == C.NONE
+    assert diagnose(text, catalogue).category == C.KILLED
 
 
 @pytest.mark.parametrize(
@@ -237,7 +237,15 @@ def test_keyboard_interrupt_is_not_a_failure(catalogue: Catalogue) -> None:
             C.HOST_OOM,
             "kernel-oom-killer",
         ),
-        ("Killed\n", C.UNKNOWN, "process-killed"),
+        ("Killed\n", C.HOST_OOM, "process-killed"),
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+            "W0603 torch/distributed/elastic/agent/server/api.py:704] Received 15 death signal, "
+            "shutting down workers\n"
+            "slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2024-06-03 ***\n",
+            C.OOM,
+            "torch-out-of-memory-error",
+        ),
         (
             "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!\n"
             "Aborted (core dumped)\n",
@@ -252,7 +260,16 @@ def test_keyboard_interrupt_is_not_a_failure(catalogue: Catalogue) -> None:
             "nccl-watchdog-timeout",
         ),
     ],
-    ids=["fault-then-abort", "abort", "worker-killed", "host-oom", "killed", "no-binary", "nccl"],
+    ids=[
+        "fault-then-abort",
+        "abort",
+        "worker-killed",
+        "host-oom",
+        "killed",
+        "oom-then-sigterm",
+        "no-binary",
+        "nccl",
+    ],
 )
 def test_the_cause_beats_its_consequences(
     text: str, category: str, signature: str, catalogue: Catalogue
@@ -305,8 +322,12 @@ def test_config_error_after_caller_progress_is_unknown(catalogue: Catalogue) -> 
 
 def test_survivable_failure_followed_by_progress_is_dropped(catalogue: Catalogue) -> None:
     probe = "CUDA out of memory. Tried to allocate 400.00 MiB.\n"
+    later = EPOCH_LINE.replace("3/100", "4/100")
     assert diagnose(probe, catalogue).category == C.OOM
-    assert diagnose(probe + EPOCH_LINE + "\n", catalogue).category == C.NONE
+    assert diagnose(EPOCH_LINE + "\n" + probe + later + "\n", catalogue).category == C.NONE
+    # the first row seen after the failure is only a baseline: it must then advance
+    assert diagnose(probe + EPOCH_LINE + "\n", catalogue).category == C.OOM
+    assert diagnose(probe + EPOCH_LINE + "\n" + later + "\n", catalogue).category == C.NONE
     classifier = LiveClassifier(catalogue)
     classifier.feed(MODULE_ERROR.encode())
     classifier.note_progress()

@@ -1,0 +1,151 @@
+"""How far a job has got, from the counters it prints; what the classifier calls progress.
+
+A progress segment is one line, or one "\\r" redraw of a bar, that shows a counter: an
+epoch (`Epoch 3/10`, `epoch: 5`, `[Epoch 10/250]`, an Ultralytics row `  3/100  2.61G ...`)
+and/or a step counter (tqdm and Keras bars `34/54 [`, `17671it [`, `[ 120/1251]`,
+`step 100/600`, `Iter 2040/2068`, `Step #4000`); every one holds a "/", "it [",
+"poch", "POCH", "tep", "TEP", "iter", "Iter" or "ITER". A step counter is told apart from the
+counters of other rows by its key: the total it counts to, or its word (`step`, `it`).
+
+`Marks` holds what was seen before a failure. A later segment *advances* past them when it
+shows a later epoch, or a larger count on a row already seen; the first sighting of a row
+is only noted (a bar re-printed after a traceback is a redraw, not a step). A checkpoint
+saved (`saving checkpoint`, `saving model to ...`) is progress without a counter.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+# Cheap test: every progress segment and checkpoint line holds a match.
+CANDIDATE = re.compile(
+    rb"\d/[\d?]|\dit \[|[Ee]poch|EPOCH|[Ss]tep|STEP|[Ii]ter|ITER"
+    rb"|[Ss]av(?:ing|ed)|SAV(?:ING|ED)|[Ww]rote|[Ww]riting|[Cc]heckpoint saved"
+)
+_ROW = re.compile(rb"\s*(\d+)/(\d+)\s+\d+(?:\.\d+)?G\s")  # Ultralytics: epoch/epochs, GPU memory
+_EPOCH = re.compile(rb"(?:[Ee]poch|EPOCH)\b[\s:#=\[]*(\d+)(?:\s*/\s*(\d+))?")  # Epoch 3/10
+_BAR = re.compile(rb"(\d+)/(\d+|\?) ?\Z")  # tqdm, Keras: "34/54 [", read back from the "["
+_RATE = re.compile(rb"(\d+(?:\.\d+)?)s/it\b")  # tqdm's seconds per iteration
+STALL_S = 1000.0  # seconds per iteration from which a bar shows a job that has all but stopped
+_ITS = re.compile(rb"(\d+)it \Z")  # tqdm without a total: "17671it ["
+_BRACKET = re.compile(rb"\[\s*(\d+)/(\d+)(?:\]|\s+(?!\d))")  # [ 120/1251]
+_WORD = re.compile(
+    rb"(?:[Ss]tep|STEP|[Ii]ter(?:ation)?|ITER(?:ATION)?)\b[\s:#=]*(\d[\d,]*)(?:\s*/\s*(\d+))?"
+)
+_WORDS = (b"step", b"Step", b"STEP", b"iter", b"Iter", b"ITER")
+_BEFORE = 24  # bytes before a "[" in which a bar's counter is looked for
+CHECKPOINT = re.compile(
+    rb"\b(?:[Ss]av(?:ing|ed)|SAV(?:ING|ED)|[Ww]rote|[Ww]riting)\b[^\r\n]{0,40}?"
+    rb"\b(?:[Cc]heckpoint|CHECKPOINT|ckpt|[Mm]odel|MODEL|[Ww]eights)\b|\b[Cc]heckpoint saved\b"
+)
+
+
+class Mark(NamedTuple):
+    """The counters of one progress segment."""
+
+    epoch: int | None = None
+    epochs: int | None = None  # the epoch total, when printed
+    key: bytes | None = None  # which row the step counter belongs to
+    n: int | None = None
+    worded: bool = False  # the step counter is a `step` / `iter` word
+    stalled: bool = False  # a bar reporting over STALL_S seconds per iteration
+
+    @property
+    def trains(self) -> bool:
+        """Whether the segment shows training done: a step taken in an epoch (or counted by
+        a step word), or an epoch past the first of a printed total. A bar alone (loading
+        shards, tokenising) is not training."""
+        if self.n is not None and self.n >= 1 and (self.epoch is not None or self.worded):
+            return True
+        return self.epochs is not None and self.epoch is not None and self.epoch >= 2
+
+
+def parse(segment: bytes) -> Mark | None:
+    """The counters of a segment, or None when it shows none."""
+    epoch = epochs = None
+    found = _ROW.match(segment) if b"G" in segment else None
+    if found is None:
+        found = _match_word(segment, (b"poch", b"POCH"), 1, _EPOCH)
+    if found:
+        epoch = int(found[1])
+        epochs = int(found[2]) if found[2] else None
+    bracket = segment.find(b"[")
+    if bracket > 0:
+        mark = _bar(segment, bracket, epoch, epochs)
+        if mark is not None:
+            return mark
+    word = _match_word(segment, _WORDS, 0, _WORD)
+    if word:
+        at = word.start()
+        key = segment[at : at + 4].lower() + (b"/" + word[2] if word[2] else b"")
+        return Mark(epoch, epochs, key, int(word[1].replace(b",", b"")), worded=True)
+    return Mark(epoch, epochs) if epoch is not None else None
+
+
+def _match_word(
+    segment: bytes, words: tuple[bytes, ...], back: int, regex: re.Pattern[bytes]
+) -> re.Match[bytes] | None:
+    """`regex` matched where one of `words` starts a word (`back` bytes before it)."""
+    for word in words:
+        at = segment.find(word)
+        while at >= 0:
+            start = at - back
+            if start >= 0 and (start == 0 or not _is_word_byte(segment[start - 1])):
+                found = regex.match(segment, start)
+                if found:
+                    return found
+            at = segment.find(word, at + 1)
+    return None
+
+
+def _is_word_byte(byte: int) -> bool:
+    return byte == 95 or 48 <= byte <= 57 or 65 <= byte <= 90 or 97 <= byte <= 122
+
+
+def _bar(segment: bytes, bracket: int, epoch: int | None, epochs: int | None) -> Mark | None:
+    """A tqdm/Keras bar counter before a "[" (`34/54 [`, `17671it [`), or a `[n/total]`."""
+    while bracket > 0:
+        lo = max(0, bracket - _BEFORE)
+        bar = _BAR.search(segment, lo, bracket) or _ITS.search(segment, lo, bracket)
+        if bar is not None:
+            if bar.re is _ITS:
+                return Mark(epoch, epochs, b"it", int(bar[1]))
+            rate = _RATE.search(segment, bracket) if b"s/it" in segment else None
+            stalled = rate is not None and float(rate[1]) >= STALL_S
+            return Mark(epoch, epochs, b"/" + bar[2], int(bar[1]), stalled=stalled)
+        inside = _BRACKET.match(segment, bracket)
+        if inside is not None:
+            return Mark(epoch, epochs, b"/" + inside[2], int(inside[1]))
+        bracket = segment.find(b"[", bracket + 1)
+    return None
+
+
+class Marks:
+    """What was seen before a failure: the epoch, and the count of each row."""
+
+    __slots__ = ("counters", "epoch")
+
+    def __init__(self, *marks: Mark | None) -> None:
+        self.epoch: int | None = None
+        self.counters: dict[bytes, int] = {}
+        for mark in marks:
+            if mark is not None:
+                self.absorb(mark)
+
+    def advanced_by(self, mark: Mark) -> bool:
+        """Whether `mark` moved past what was seen: a later epoch, or a larger count on a
+        row already seen in the same epoch."""
+        if mark.epoch is not None and self.epoch is not None and mark.epoch != self.epoch:
+            return mark.epoch > self.epoch
+        if mark.key is None or mark.n is None:
+            return False
+        seen = self.counters.get(mark.key)
+        return seen is not None and mark.n > seen
+
+    def absorb(self, mark: Mark) -> None:
+        """Note a segment that did not advance: the first sighting of an epoch or a row."""
+        if self.epoch is None and mark.epoch is not None:
+            self.epoch = mark.epoch
+        if mark.key is not None and mark.n is not None:
+            self.counters.setdefault(mark.key, mark.n)

@@ -1,0 +1,335 @@
+"""The rules of the classifier (classify.py's docstring), one hand-made input each.
+
+These are unit tests of the rules, not evidence of accuracy (the real-log corpus is).
+1. A fatal finding is excused only by progress that advances past what was seen before it.
+2. A traceback that ends the output is fatal; its exception line decides.
+3. A cut-off traceback still counts, by its exception line or by what its frames show.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rsup.supervisor.recognize.advance import Marks, parse
+from rsup.supervisor.recognize.classify import Diagnosis, LiveClassifier, diagnose_text
+from rsup.supervisor.recognize.signatures import Catalogue, SignatureError, load_catalogue
+from rsup.workers import constants as C
+
+OOM = "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 7.79 GiB total)\n"
+CAUGHT_OOM = "CUDA out of memory. Tried to allocate 400.00 MiB.\n"  # AutoBatch's probe
+BAR = "Epoch 1:  50%|#####     | {n}/10 [00:05<00:05,  1.00it/s, loss=0.5]"
+ROW = "      {epoch}/100      2.61G      1.104     0.8812        640: 57%\n"  # Ultralytics
+TRACEBACK = 'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n'
+
+
+@functools.cache
+def shipped() -> Catalogue:
+    return load_catalogue()
+
+
+def diagnose(text: str, **kwargs: bool) -> Diagnosis:
+    return diagnose_text(text, catalogue=shipped(), **kwargs)
+
+
+def category(text: str) -> str:
+    return diagnose(text).category
+
+
+def fed_bytewise(text: str) -> Diagnosis:
+    classifier = LiveClassifier(shipped())
+    for byte in text.encode():
+        classifier.feed(bytes([byte]))
+    classifier.close()
+    return classifier.verdict()
+
+
+# --- 1. progress excuses a failure only when it advances ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ("Epoch 2/10\n", "Epoch 3/10\n"),  # a later epoch
+        (BAR.format(n=5) + "\n", BAR.format(n=6) + "\n"),  # a larger count on the same row
+        ("step 100/600 loss 1.9\n", "step 200/600 loss 1.7\n"),
+        (ROW.format(epoch=3), ROW.format(epoch=4)),
+        ("", "Saving checkpoint to runs/train/weights/last.pt\n"),  # a new checkpoint
+    ],
+    ids=["epoch", "bar", "step", "ultralytics-row", "checkpoint"],
+)
+def test_progress_that_advances_excuses_a_survivable_failure(before: str, after: str) -> None:
+    assert category(before + CAUGHT_OOM + after) == C.NONE
+    assert category(before + CAUGHT_OOM) == C.OOM
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        BAR.format(n=5) + "\n" + CAUGHT_OOM + BAR.format(n=5) + "\n",  # the row re-printed
+        BAR.format(n=5) + "\r" + CAUGHT_OOM.rstrip("\n") + "\r" + BAR.format(n=5) + "\n",  # \r
+        "Epoch 2/10\n" + CAUGHT_OOM + "Epoch 2/10\n",  # the same epoch again
+        BAR.format(n=5) + "\n" + OOM + BAR.format(n=4) + "\n",  # a smaller count
+    ],
+    ids=["redraw", "carriage-return-redraw", "same-epoch", "smaller-count"],
+)
+def test_a_redraw_of_the_same_row_is_not_progress(text: str) -> None:
+    assert category(text) == C.OOM
+
+
+def test_a_bar_glued_onto_the_error_line_is_not_progress() -> None:
+    glued = BAR.format(n=5) + OOM
+    assert category(glued + BAR.format(n=5) + "\n") == C.OOM
+    assert category(glued + BAR.format(n=6) + "\n") == C.NONE  # an advance past it still is
+
+
+def test_a_row_first_seen_after_the_failure_must_then_advance() -> None:
+    """tqdm re-prints a bar when the traceback closes it: its first sighting is a baseline."""
+    text = OOM + "     0/299     15.8G      3.99     0.358        608:  63% 34/54 [00:42<00:25]\n"
+    assert category(text) == C.OOM
+    later = "     0/299     15.8G      3.98     0.357        608:  65% 35/54 [00:43<00:24]\n"
+    assert category(text + later) == C.NONE
+
+
+def test_progress_before_the_failure_excuses_nothing() -> None:
+    text = "Epoch 2/10\nEpoch 3/10\n" + TRACEBACK + "ValueError: bad value\n"
+    assert diagnose(text).category == C.UNKNOWN
+
+
+def test_a_heartbeat_is_an_advance() -> None:
+    classifier = LiveClassifier(shipped())
+    classifier.feed(OOM.encode())
+    assert classifier.verdict().category == C.OOM
+    classifier.note_progress()
+    assert classifier.verdict().category == C.NONE
+
+
+def test_fatal_lines_that_are_not_survivable_are_never_excused() -> None:
+    text = "Epoch 2/10\nMemory access fault by GPU node-1 (Agent handle: 0x5) on address 0x7f\n"
+    assert category(text + "Epoch 3/10\nEpoch 4/10\n") == C.GPU_MEMORY_FAULT
+
+
+def test_config_errors_count_until_the_job_has_trained() -> None:
+    state_dict = "RuntimeError: Error(s) in loading state_dict for Net:\n"
+    loading = "Loading checkpoint shards: 100%|##########| 3/3 [00:05<00:00,  1.70s/it]\n"
+    assert category(loading + state_dict) == C.CONFIG_ERROR  # a loading bar is not training
+    assert category("Epoch 1/5:   0%|     | 0/123 [00:00<?, ?it/s]\n" + state_dict) == (
+        C.CONFIG_ERROR  # an epoch that has not taken a step yet
+    )
+    assert category(BAR.format(n=5) + "\n" + state_dict) == C.UNKNOWN
+    assert category("Epoch 2/30\n" + state_dict) == C.UNKNOWN
+    assert diagnose(state_dict, progress_seen=True).category == C.UNKNOWN
+
+
+def test_counters_are_read_from_the_usual_formats() -> None:
+    row = parse(
+        b"     81/400      29.9G     0.70        640:   3%| | 9/351 [13:44:50<522:24, 5498.98s/it]"
+    )
+    assert row is not None and (row.epoch, row.epochs, row.key, row.n) == (81, 400, b"/351", 9)
+    assert row.stalled
+    assert parse(b"Starting training for 10 epochs...") is None
+    assert parse(b"[04/05 09:08:31 d2.engine.train_loop]: starting") is None  # a date
+    keras = parse(b"1883/3455 [=====>........] - ETA: 2:39:53 - loss: 0.21")
+    assert keras is not None and (keras.key, keras.n, keras.trains) == (b"/3455", 1883, False)
+    marks = Marks(parse(b"Epoch 2/10"), parse(b"val: 17/17 [00:03<00:00]"))
+    epoch3, val17 = parse(b"Epoch 3/10"), parse(b"val: 17/17 [00:04<00:00]")
+    assert epoch3 is not None and val17 is not None
+    assert marks.advanced_by(epoch3) and not marks.advanced_by(val17)
+
+
+# --- 2. a traceback that ends the output is fatal ---------------------------------------------
+
+
+def test_the_exception_line_decides() -> None:
+    assert category(TRACEBACK + "torch.OutOfMemoryError: CUDA out of memory.\n") == C.OOM
+    unknown = diagnose(TRACEBACK + "KeyError: 'boxes'\n")
+    assert (unknown.category, unknown.signature, unknown.line) == (C.UNKNOWN, None, 3)
+
+
+def test_a_traceback_followed_by_advancing_progress_was_lived_through() -> None:
+    handled = TRACEBACK + "requests.exceptions.ConnectionError: Max retries exceeded\n"
+    assert category("Epoch 2/10\n" + handled + "Epoch 3/10\n") == C.NONE
+    assert category("Epoch 2/10\n" + handled + "Epoch 2/10\n") == C.UNKNOWN
+
+
+def test_an_interrupt_alone_is_killed_and_yields_to_a_real_cause() -> None:
+    interrupt = TRACEBACK + "KeyboardInterrupt\n"
+    assert category(interrupt) == C.KILLED
+    assert category(OOM + interrupt) == C.OOM
+    sigterm = "W0409 torch/distributed/elastic/agent/server/api.py:719] Received 15 death signal\n"
+    assert category(sigterm) == C.KILLED
+    assert category("Memory access fault by GPU node-2 (Agent handle: 0x1)\n" + sigterm) == (
+        C.GPU_MEMORY_FAULT
+    )
+
+
+def test_an_interrupt_while_waiting_for_the_dataloader_is_a_hang() -> None:
+    frames = (
+        '  File "/venv/torch/utils/data/dataloader.py", line 1133, in _try_get_data\n'
+        "    data = self._data_queue.get(timeout=timeout)\n"
+        '  File "/usr/lib/python3.10/multiprocessing/queues.py", line 113, in get\n'
+        "    if not self._poll(timeout):\n"
+    )
+    assert category(TRACEBACK + frames + "KeyboardInterrupt\n") == C.HANG
+
+
+def test_a_stalled_bar_before_an_interrupt_is_a_hang() -> None:
+    stalled = "Epoch 81:   3%|3         | 9/351 [13:44:50<522:24:10, 5498.98s/it]\n"
+    healthy = "Epoch 81:   3%|3         | 9/351 [00:07<04:24,  1.23it/s]\n"
+    interrupt = TRACEBACK + "KeyboardInterrupt\n"
+    assert diagnose(stalled + interrupt).category == C.HANG
+    assert diagnose(healthy + interrupt).category == C.KILLED
+
+
+# --- 3. a cut-off traceback still counts --------------------------------------------------------
+
+
+def test_a_traceback_cut_at_its_top_counts_by_its_exception_line() -> None:
+    headless = (
+        '    x = f()\n  File "a.py", line 3, in f\n    raise ValueError("x")\nValueError: x\n'
+    )
+    assert diagnose(headless).category == C.UNKNOWN
+    known = (
+        '  File "a.py", line 3, in f\n    y = x @ w\nRuntimeError: CUDA error: misaligned address\n'
+    )
+    assert diagnose(known).category == C.GPU_MEMORY_FAULT
+
+
+def test_a_traceback_cut_before_its_exception_line_counts_by_its_frames() -> None:
+    fd_passing = TRACEBACK + (
+        '  File "/venv/torch/multiprocessing/reductions.py", line 541, in rebuild_storage_fd\n'
+        "    fd = df.detach()\n"
+    )
+    assert category(fd_passing) == C.DATALOADER_WORKER
+    yaml_frames = TRACEBACK + (
+        '  File "/venv/lib/python3.10/site-packages/yaml/__init__.py", line 125, in safe_load\n'
+        "    return load(stream, SafeLoader)\n"
+        '  File "/venv/lib/python3.10/site-packages/yaml/constructor.py", line 49, in get_single_d'
+    )
+    assert category(yaml_frames) == C.CONFIG_ERROR
+    assert category(TRACEBACK + "    main()\n") == C.UNKNOWN  # nothing known: still fatal
+
+
+def test_a_notebook_traceback_cut_off_counts_by_the_class_its_header_names() -> None:
+    header = "OutOfMemoryError                          Traceback (most recent call last)\n"
+    frames = (
+        "Cell In[7], line 8\n      5 model = YOLO('yolov8m.pt')\n----> 8 model.train(batch=1)\n"
+    )
+    assert category(header + frames) == C.OOM
+    assert category(header.replace("OutOfMemoryError", "KeyboardInterrupt") + frames) == C.KILLED
+
+
+def test_the_deepest_frame_a_signature_knows_speaks() -> None:
+    text = TRACEBACK + (
+        '  File "/venv/torch/utils/data/dataloader.py", line 1243, in _try_get_data\n'
+        "    data = self._data_queue.get(timeout=timeout)\n"
+        '  File "/usr/lib/python3.12/multiprocessing/queues.py", line 122, in get\n'
+        "    return _ForkingPickler.loads(res)\n"
+    )
+    assert category(text) == C.DATALOADER_WORKER  # not the wait above it
+
+
+def test_another_process_printing_into_the_frames_does_not_end_them() -> None:
+    text = TRACEBACK + (
+        '  File "/venv/torch/utils/data/dataloader.py", line 1243, in _try_get_data\n'
+        "worker 1: decoding /data/shards/shard-00033.tar\n"
+        '  File "/venv/torch/utils/data/_utils/signal_handling.py", line 67, in handler\n'
+        "RuntimeError: DataLoader worker (pid 31337) is killed by signal: Killed.\n"
+    )
+    diagnosis = diagnose(text)
+    assert (diagnosis.category, diagnosis.line) == (C.DATALOADER_WORKER, 6)
+
+
+# --- the doors agree, and the catalogue checks scopes ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        BAR.format(n=5) + OOM + BAR.format(n=6) + "\n",
+        "Epoch 2/10\n" + CAUGHT_OOM + "Epoch 2/10\nEpoch 3/10\n",
+        TRACEBACK + '  File "/venv/yaml/constructor.py", line 49, in get_single_data\n',
+        "Epoch 81: 3%| | 9/351 [13:44:50<522:24:10, 5498.98s/it]\n"
+        + TRACEBACK
+        + "KeyboardInterrupt\n",
+    ],
+)
+def test_byte_by_byte_feeding_gives_the_same_verdict(text: str) -> None:
+    assert fed_bytewise(text) == diagnose(text)
+
+
+def test_random_chunking_of_a_long_healthy_run_with_a_caught_failure() -> None:
+    lines = [BAR.format(n=i % 10) for i in range(3000)]
+    lines.insert(1500, CAUGHT_OOM.rstrip("\n"))
+    data = ("\n".join(lines) + "\n").encode()
+    expected = diagnose(data.decode())
+    rng = random.Random(7)
+    classifier = LiveClassifier(shipped())
+    pos = 0
+    while pos < len(data):
+        size = rng.randint(1, 4000)
+        classifier.feed(data[pos : pos + size])
+        pos += size
+    classifier.close()
+    assert classifier.verdict() == expected
+
+
+def test_a_bad_scope_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "extra.yaml"
+    path.write_text(
+        "version: 1\nsignatures:\n  - id: odd\n    category: oom\n    pattern: 'x'\n"
+        "    meaning: m.\n    action: a.\n    fatal: true\n    scope: everywhere\n"
+    )
+    with pytest.raises(SignatureError, match="scope"):
+        load_catalogue(path)
+
+
+PIECES = [
+    b"\n",
+    b"\r",
+    b"  ",
+    b"Traceback (most recent call last):",
+    b"KeyboardInterrupt     Traceback (most recent call last)",
+    b'  File "/venv/torch/utils/data/dataloader.py", line 1243, in _try_get_data',
+    b'  File "/venv/yaml/constructor.py", line 49, in get_single_data',
+    b'File "x.py", line 3, in f',
+    b"----> 8 model.train()",
+    b"During handling of the above exception, another exception occurred:",
+    b"ValueError: bad",
+    b"KeyboardInterrupt",
+    b"Killed",
+    b"CUDA out of memory. ",
+    b"Epoch 2/10",
+    b"Epoch 3/10",
+    b"Epoch 1:  50%|#####     | 5/10 [00:05<00:05,  1.00it/s]",
+    b"Epoch 1:  60%|######    | 6/10 [00:06<00:04,  1.00it/s]",
+    b"  9/351 [13:44:50<522:24:10, 5498.98s/it]",
+    b"step 100/600 loss 1.9",
+    b"Saving checkpoint to last.pt",
+    b"RuntimeError: Error(s) in loading state_dict for Net:",
+    b"x" * 3000,
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(PIECES), max_size=50).map(b"".join),
+    st.integers(0, 2**32),
+    st.integers(1, 9000),
+)
+def test_any_chunking_gives_the_same_result(data: bytes, seed: int, most: int) -> None:
+    whole = LiveClassifier(shipped())
+    expected = (whole.feed(data) + whole.close(), whole.verdict())
+    rng = random.Random(seed)
+    classifier = LiveClassifier(shipped())
+    findings, pos = [], 0
+    while pos < len(data):
+        size = rng.randint(1, most)
+        findings += classifier.feed(data[pos : pos + size])
+        pos += size
+    findings += classifier.close()
+    assert (findings, classifier.verdict()) == expected
