@@ -13,7 +13,8 @@ asked. Precedence, strongest first:
 5. a stop on request: whatever the log says, the attempt was stopped;
 6. the log's own root cause (a signature, or an unrecognised traceback);
 7. how the process ended: 0 is `none`; a crash signal is `segfault_abort`; SIGKILL with
-   an OOM line is `host_oom`; SIGKILL from the kill drill is named as such;
+   an OOM line is `host_oom`; a signal from outside rsup (TERM, INT, HUP, KILL) that
+   nothing else explains is `killed`, and the kill drill is named as such;
 8. for torchrun, the rank that failed first goes in front, and its own category wins
    when it names one.
 """
@@ -75,12 +76,43 @@ def conclude(ev: Evidence) -> Outcome:
     )
     category, line = diagnosis.category, diagnosis.line
     lines: tuple[str, ...] = tuple(text for _, text in diagnosis.evidence)
-    if ev.signal == signal.SIGKILL and "kill" in ev.drills_fired and category == C.UNKNOWN:
-        lines = ("SIGKILL sent by the kill drill (rsup inject)",)
+    killed = _killed(ev, diagnosis.category, diagnosis.signature)
+    if killed is not None:
+        category, lines = C.KILLED, (killed,)
     failed = ev.exit_code not in (0, None) or ev.signal is not None
     if ev.torchrun and not ev.stop_requested and failed:
         category, lines, line = with_rank(ev.rank_failure, category, lines, line)
     return _outcome(ev, category, diagnosis.signature, lines or _exit_words(ev), line)
+
+
+# Signals that come from outside the job: a scheduler, a person, a drill, the OOM killer.
+OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
+                             signal.SIGQUIT})  # fmt: skip
+
+
+def _killed(ev: Evidence, category: str, signature: str | None) -> str | None:
+    """Why the attempt is `killed`: a signal from outside that nothing else explains (the
+    kill drill is named; a bare "Killed" printed by the shell for the drill is the drill's)."""
+    number = _signal_number(ev)
+    if number not in OUTSIDE_SIGNALS or ev.stop_requested:
+        return None
+    if number == signal.SIGKILL and "kill" in ev.drills_fired:
+        if category in (C.UNKNOWN, C.KILLED) or signature == "process-killed":
+            return "SIGKILL sent by the kill drill (rsup inject)"
+        return None
+    if category != C.UNKNOWN or ev.diagnosis.category not in (C.NONE, C.KILLED):
+        return None
+    name = signal.Signals(number).name
+    return f"ended by {name} from outside rsup; nothing in its output or the kernel log explains it"
+
+
+def _signal_number(ev: Evidence) -> int | None:
+    if ev.signal:
+        return ev.signal
+    code = ev.exit_code
+    if code is not None and code < 0:
+        return -code
+    return code - 128 if code is not None and 128 < code <= 192 else None
 
 
 # The shell's own codes: the program could not be started at all.

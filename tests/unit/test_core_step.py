@@ -60,7 +60,18 @@ def test_sigkill_with_a_kernel_oom_line_is_host_oom_but_not_after_a_kill_drill()
     line = "Out of memory: Killed process 4242 (python)"
     assert conclude(Evidence(Diagnosis(C.NONE), signal=9, oom_line=line)).category == C.HOST_OOM
     drill = conclude(Evidence(Diagnosis(C.NONE), signal=9, oom_line=line, drills_fired=("kill",)))
-    assert drill.category == C.UNKNOWN and "kill drill" in drill.evidence[0]
+    assert drill.category == C.KILLED and "kill drill" in drill.evidence[0]
+
+
+def test_a_signal_from_outside_that_nothing_explains_is_killed() -> None:
+    outcome = conclude(Evidence(Diagnosis(C.NONE), signal=signal.SIGTERM))
+    assert outcome.category == C.KILLED and "SIGTERM from outside rsup" in outcome.evidence[0]
+    scheduler = conclude(Evidence(Diagnosis(C.NONE), exit_code=143))  # a shell's 128 + 15
+    assert scheduler.category == C.KILLED
+    asked = conclude(Evidence(Diagnosis(C.NONE), signal=signal.SIGTERM, stop_requested=True))
+    assert asked.category != C.KILLED
+    crash = conclude(Evidence(OOM, signal=signal.SIGTERM))
+    assert crash.category == C.OOM  # the log explains it
 
 
 def test_the_first_failing_rank_names_the_category_for_torchrun() -> None:
