@@ -43,6 +43,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import FIXTURES, Bench, log, machine, summary, wait_until
+from rsup.supervisor.core.spec import JobSpec
 from rsup.supervisor.effects import launch
 
 SCRIPT = FIXTURES / "ddp_train.py"
@@ -156,8 +157,10 @@ def rsup_trial(bench: Bench, name: str, max_restarts: int) -> dict[str, float] |
 def torchrun_trial(folder: Path, env: dict[str, str]) -> dict[str, float] | None:
     """Latencies of torchrun's in-place restart; None when its restart failed."""
     folder.mkdir()
-    spec = {"name": folder.name, "kind": "torchrun", "command": command(folder),
-            "torchrun": {"nproc_per_node": NPROC, "max_restarts": 1}}  # fmt: skip
+    group = {"nproc_per_node": NPROC, "max_restarts": 1}
+    spec = JobSpec.model_validate(
+        {"name": folder.name, "kind": "torchrun", "command": command(folder), "torchrun": group}
+    )
     events_path = folder / "events.jsonl"
     env = {**env, "RSUP_EVENTS_FILE": str(events_path)}
     with (folder / "output.log").open("wb") as out:
