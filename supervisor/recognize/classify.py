@@ -59,27 +59,28 @@ progress segment and the last epoch before the end of each piece (a backward sea
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rsup.supervisor.recognize import advance
-from rsup.supervisor.recognize.advance import Mark, Marks
+from rsup.supervisor.recognize.advance import Mark
+from rsup.supervisor.recognize.catalogue import CATEGORY_PRIORITY, Catalogue, Signature
 from rsup.supervisor.recognize.diagnosis import Diagnosis as Diagnosis
 from rsup.supervisor.recognize.diagnosis import Finding as Finding
 from rsup.supervisor.recognize.exitcodes import classify_exit as classify_exit
-from rsup.supervisor.recognize.signatures import (
-    CATEGORY_PRIORITY,
-    EXCEPTION_SCOPE,
-    FRAME_SCOPE,
-    LINE_SCOPE,
-    Catalogue,
-    Signature,
-    default_catalogue,
-    trigger_words,
+from rsup.supervisor.recognize.ledger import WINDOW, FailureLedger, Hit
+from rsup.supervisor.recognize.matcher import Matcher
+from rsup.supervisor.recognize.prescan import (
+    BACK_WORDS,
+    EPOCH_WORDS,
+    Finder,
+    last_of,
+    segment_bounds,
 )
+from rsup.supervisor.recognize.segments import CUT_MARK, HEAD, RANK_PREFIX, TAIL, cut, text_of
+from rsup.supervisor.recognize.segments import TEXT_MAX as TEXT_MAX
+from rsup.supervisor.recognize.signatures import default_catalogue
 from rsup.supervisor.recognize.tracebacks import (
     CHAIN_MARKERS,
     EXCEPTION,
@@ -92,62 +93,6 @@ from rsup.supervisor.recognize.tracebacks import (
     is_failure_exception,
 )
 from rsup.workers import constants as C
-
-HEAD = 4096
-TAIL = 4096
-CUT_MARK = b" [...] "
-TEXT_MAX = 500  # characters of a line kept in a finding
-EVIDENCE_MAX = 10
-HITS_MAX = 1000
-WINDOW = 200  # lines before a failure in which the progress it must advance past is looked for
-
-_RANK_PREFIX = re.compile(rb"(?:\[(?:rank|default)\d+\]: ?)+")  # torchrun --tee, then torch's own
-_UNKNOWN_MEANING = "The job raised a Python exception that no signature recognises."
-_UNKNOWN_ACTION = "Restart with backoff until max_attempts."
-# A hang seen in the counters, not in a line (advance.STALL_S).
-_STALLED = Signature(
-    id="stalled-progress",
-    category=C.HANG,
-    pattern=r"s/it",
-    regex=re.compile(r"s/it"),
-    meaning=(
-        f"The progress bar before the job was stopped reported over {advance.STALL_S:.0f} "
-        "seconds per iteration: the job had all but stopped."
-    ),
-    action="Restart from the last checkpoint.",
-    fatal=True,
-    priority=CATEGORY_PRIORITY[C.HANG],
-    remedy="Look for a stuck DataLoader worker, a hung collective, or a full disk.",
-    keywords=(),
-    ignore_case=False,
-    source="built in",
-    survivable=True,
-)
-# Literals one of which every progress segment holds (advance.parse needs them), and
-# one of which every segment showing an epoch holds.
-_BACK_WORDS: tuple[bytes, ...] = (
-    b"/",
-    b"it [",
-    b"poch",
-    b"POCH",
-    b"tep",
-    b"TEP",
-    b"iter",
-    b"Iter",
-    b"ITER",
-)
-_EPOCH_WORDS: tuple[bytes, ...] = (b"poch", b"POCH", b"/")
-
-
-@dataclass
-class _Hit:
-    finding: Finding
-    signature: Signature | None
-    priority: int
-    chain: int | None  # traceback chain of an exception line, else None
-    survivable: bool  # survived when progress advances after it
-    active: bool = True
-    marks: Marks | None = None  # what progress must advance past to excuse it
 
 
 @dataclass
@@ -163,33 +108,19 @@ class _Trace:
     hint: tuple[Signature, int, str] | None = None  # the deepest frame a signature knows
 
 
-class LiveClassifier:
+class LiveClassifier(FailureLedger):
     """Classifies a job's output fed in chunks of any size, as the file grows."""
 
     def __init__(self, catalogue: Catalogue | None = None, *, progress_seen: bool = False):
+        super().__init__(progress_seen=progress_seen)
         cat = catalogue or default_catalogue()
-        fatal = sorted((s for s in cat.signatures if s.fatal), key=lambda s: -s.priority)
-        self._fatal = [s for s in fatal if s.scope == LINE_SCOPE]
-        self._exception_sigs = [s for s in fatal if s.scope == EXCEPTION_SCOPE]
-        self._frame_sigs = [s for s in fatal if s.scope == FRAME_SCOPE]
-        self._benign = [s for s in cat.signatures if not s.fatal]
-        self._words, self._words_ci, self._every_line = trigger_words(
-            self._fatal, cat.anchors, (TB_HEADER, *CHAIN_MARKERS, *FRAME_WORDS)
-        )
-        self._groups = _groups(self._fatal, self._words, self._words_ci)
-        self._keywordless = {i for i, s in enumerate(self._fatal) if not s.keywords}
+        self._matcher = Matcher(cat, (TB_HEADER, *CHAIN_MARKERS, *FRAME_WORDS))
         self._tb = Tracebacks()
         self._trace: _Trace | None = None
-        self._hits: list[_Hit] = []
-        self._open: list[_Hit] = []  # survivable hits waiting for an advance
         self._lines = 0  # "\n" seen so far
         self._pending = b""  # the unterminated segment, when short
         self._head: bytes | None = None  # the unterminated segment, when cut: head and tail
         self._tail = b""
-        self._trained = progress_seen
-        self._last: tuple[int, Mark, bytes] | None = None  # the last progress segment
-        self._last_epoch: tuple[int, Mark, bytes] | None = None  # the last showing an epoch
-        self._stall_told = 0  # line of the stalled bar last reported
         self._closed = False
 
     @property
@@ -226,31 +157,6 @@ class LiveClassifier:
         self._pending, self._head, self._closed = b"", None, True
         return out
 
-    def note_progress(self) -> None:
-        """The job made progress (a heartbeat): survivable failures so far were lived through,
-        and config errors fed later are not config errors."""
-        self._trained = True
-        for hit in self._open:
-            hit.active = False
-        self._open.clear()
-
-    def verdict(self) -> Diagnosis:
-        """The root cause among the failures seen so far; category "none" when there is none."""
-        active = [h for h in self._hits if h.active]
-        if not active:
-            return Diagnosis(category=C.NONE)
-        root = max(range(len(active)), key=lambda i: (active[i].priority, -i))
-        return _diagnosis(active[root], self._evidence(active[root]))
-
-    def _evidence(self, root: _Hit) -> list[tuple[int, str]]:
-        hits = [
-            h for h in self._hits if h.active or (h.chain is not None and h.chain == root.chain)
-        ]
-        if len(hits) > EVIDENCE_MAX:
-            hits = sorted(hits, key=lambda h: h is not root)[:EVIDENCE_MAX]
-        ordered = sorted(hits, key=lambda h: h.finding.line)
-        return [(h.finding.line, h.finding.text) for h in ordered]
-
     def _continue_cut(self, chunk: bytes, out: list[Finding]) -> bytes:
         """Extend an overlong segment; once its terminator comes, classify it."""
         n, r = chunk.find(b"\n"), chunk.find(b"\r")
@@ -275,10 +181,10 @@ class LiveClassifier:
         Outside a traceback, lines holding none of the trigger words cannot be fatal, so
         they are skipped in bulk (only newlines and progress are counted there).
         """
-        finder = _Finder(region, self._words, self._words_ci)
+        finder = Finder(region, self._matcher.words, self._matcher.words_ci)
         pos, size = 0, len(region)
         while pos < size:
-            if self._tb.state == IDLE and not self._every_line:
+            if self._tb.state == IDLE and not self._matcher.every_line:
                 hit = finder.next(pos)
                 start = size if hit < 0 else max(pos, region.rfind(b"\n", pos, hit) + 1)
                 self._skip(region, pos, start)
@@ -287,11 +193,7 @@ class LiveClassifier:
                     return
             pos = self._line(region, pos, out)
 
-    # --- progress ------------------------------------------------------------------------
-
-    @property
-    def _want_progress(self) -> bool:
-        return not self._trained or bool(self._open)
+    # --- progress in skipped text -------------------------------------------------
 
     def _skip(self, region: bytes, start: int, end: int) -> None:
         if start < end:
@@ -309,10 +211,10 @@ class LiveClassifier:
             at = found.start()
             if at < pos:
                 continue
-            seg_start, seg_end = _segment_bounds(region, start, end, at)
+            seg_start, seg_end = segment_bounds(region, start, end, at)
             line += region.count(b"\n", counted, seg_start)
             counted = seg_start
-            self._progress(_cut(region[seg_start:seg_end]), line)
+            self._progress(cut(region[seg_start:seg_end]), line)
             pos = seg_end + 1
             if not self._want_progress:  # trained, nothing waits: the cheap way for the rest
                 if pos < end:
@@ -323,68 +225,26 @@ class LiveClassifier:
     def _scan_back(self, region: bytes, start: int, end: int, base: int, total: int) -> None:
         """The last progress segment and the last epoch among the WINDOW lines before `end`
         (`base` lines come before `start`, `total` are in the piece)."""
-        want_last, words = True, _BACK_WORDS
+        want_last, words = True, BACK_WORDS
         hi = end
         while hi > start:
-            at = _last_of(region, start, hi, end, words)
+            at = last_of(region, start, hi, end, words)
             if at < 0:
                 return
-            seg_start, seg_end = _segment_bounds(region, start, end, at)
+            seg_start, seg_end = segment_bounds(region, start, end, at)
             after = region.count(b"\n", seg_start, end)
             if after > WINDOW:
                 return
-            segment = _cut(region[seg_start:seg_end])
+            segment = cut(region[seg_start:seg_end])
             mark = advance.parse(segment)
             if mark is not None:
                 line = base + 1 + total - after
                 if want_last:
-                    self._last, want_last, words = (line, mark, segment), False, _EPOCH_WORDS
+                    self._last, want_last, words = (line, mark, segment), False, EPOCH_WORDS
                 if mark.epoch is not None:
                     self._last_epoch = (line, mark, segment)
                     return
             hi = seg_start
-
-    def _progress(self, segment: bytes, line: int) -> None:
-        """A segment outside tracebacks that may show progress (it holds a candidate)."""
-        mark = advance.parse(segment)
-        if mark is None:
-            if self._want_progress and advance.CHECKPOINT.search(segment):
-                self.note_progress()
-            return
-        if not self._trained:
-            prior = self._last_epoch[1].epoch if self._last_epoch else None
-            grew = prior is not None and mark.epoch is not None and mark.epoch > prior
-            self._trained = mark.trains or grew
-        if self._open:
-            for hit in self._open:
-                assert hit.marks is not None
-                if hit.marks.advanced_by(mark):
-                    hit.active = False
-                else:
-                    hit.marks.absorb(mark)
-            self._open = [h for h in self._open if h.active]
-        self._last = (line, mark, segment)
-        if mark.epoch is not None:
-            self._last_epoch = (line, mark, segment)
-
-    def _stalled_before(self, line: int, out: list[Finding]) -> None:
-        """A traceback or a kill right after a bar that had all but stopped: a hang."""
-        last = self._last
-        if last and last[1].stalled and line - last[0] <= WINDOW and last[0] != self._stall_told:
-            self._stall_told = last[0]
-            self._add(_STALLED, last[0], _text(last[2]), None, out)
-
-    def _seen_before(self, line: int) -> tuple[Mark | None, Mark | None]:
-        """The last progress segment and the last epoch within WINDOW lines before `line`."""
-        last = self._last[1] if self._last and line - self._last[0] <= WINDOW else None
-        epoch = (
-            self._last_epoch[1]
-            if self._last_epoch and line - self._last_epoch[0] <= WINDOW
-            else None
-        )
-        return last, epoch
-
-    # --- lines ---------------------------------------------------------------------------
 
     def _line(self, region: bytes, pos: int, out: list[Finding]) -> int:
         """Classify the segments of the line at `pos`; return where the next line starts."""
@@ -399,8 +259,8 @@ class LiveClassifier:
         return end + 1
 
     def _segment(self, segment: bytes, out: list[Finding]) -> None:
-        segment = _cut(segment)
-        prefix = _RANK_PREFIX.match(segment) if segment[:1] == b"[" else None
+        segment = cut(segment)
+        prefix = RANK_PREFIX.match(segment) if segment[:1] == b"[" else None
         body = segment[prefix.end() :] if prefix else segment
         tb = self._tb
         role = tb.step(body)
@@ -409,7 +269,7 @@ class LiveClassifier:
             self._end_trace(out)
         if tb.started:
             self._trace = _Trace(
-                tb.chain, line, _text(segment), self._seen_before(line), tb.notebook_class
+                tb.chain, line, text_of(segment), self._seen_before(line), tb.notebook_class
             )
             self._stalled_before(line, out)
         if role == FRAME:
@@ -418,21 +278,21 @@ class LiveClassifier:
             return
         if role == PLAIN and advance.CANDIDATE.search(body):
             self._progress(body, line)
-        signature = self._match(body)
+        signature = self._matcher.match(body)
         if role == EXCEPTION:
             self._exception(body, segment, signature, out)
         elif signature is not None:
-            self._add(signature, line, _text(segment), None, out)
+            self._add(signature, line, text_of(segment), None, out)
 
     def _frame(self, body: bytes, segment: bytes, line: int) -> None:
         assert self._trace is not None
         if not body.strip():
             return
-        self._trace.last_frame = (line, _text(segment))
+        self._trace.last_frame = (line, text_of(segment))
         text = body.decode("utf-8", "replace")
-        for sig in self._frame_sigs:
+        for sig in self._matcher.frame_sigs:
             if any(k in body for k in sig.keywords) and sig.regex.search(text):
-                self._trace.hint = (sig, line, _text(segment))  # deeper frames replace it
+                self._trace.hint = (sig, line, text_of(segment))  # deeper frames replace it
                 return
 
     def _exception(
@@ -442,10 +302,10 @@ class LiveClassifier:
         trace, self._trace = self._trace, None
         chain = self._tb.chain
         marks = trace.marks if trace else None
-        signature = signature or self._match_exception(body)
+        signature = signature or self._matcher.match_exception(body)
         line = self._lines + 1
         if signature is not None:
-            self._add(signature, line, _text(segment), chain, out, marks)
+            self._add(signature, line, text_of(segment), chain, out, marks)
             if signature.category == C.KILLED and trace is not None:
                 self._add_hint(trace, out)  # where the interrupt found the job
         elif trace is not None and trace.hint is not None:
@@ -453,8 +313,8 @@ class LiveClassifier:
         else:
             text = body.decode("utf-8", "replace")
             if is_failure_exception(text):
-                finding = Finding("", C.UNKNOWN, line, _text(segment))
-                self._store(_Hit(finding, None, CATEGORY_PRIORITY[C.UNKNOWN], chain, True), marks)
+                finding = Finding("", C.UNKNOWN, line, text_of(segment))
+                self._store(Hit(finding, None, CATEGORY_PRIORITY[C.UNKNOWN], chain, True), marks)
 
     def _end_trace(self, out: list[Finding]) -> None:
         """A traceback ended without its exception line: decide by what it showed."""
@@ -465,7 +325,7 @@ class LiveClassifier:
         signature = None
         if named:
             encoded = named.encode()
-            signature = self._match(encoded) or self._match_exception(encoded)
+            signature = self._matcher.match(encoded) or self._matcher.match_exception(encoded)
         if signature is not None:
             self._add(signature, trace.line, trace.text, trace.chain, out, trace.marks)
             if signature.category == C.KILLED:
@@ -475,195 +335,13 @@ class LiveClassifier:
         else:
             line, text = trace.last_frame or (trace.line, trace.text)
             finding = Finding("", C.UNKNOWN, line, text)
-            hit = _Hit(finding, None, CATEGORY_PRIORITY[C.UNKNOWN], trace.chain, True)
+            hit = Hit(finding, None, CATEGORY_PRIORITY[C.UNKNOWN], trace.chain, True)
             self._store(hit, trace.marks)
 
     def _add_hint(self, trace: _Trace, out: list[Finding]) -> None:
         if trace.hint is not None:
             sig, line, text = trace.hint
             self._add(sig, line, text, None, out, trace.marks)
-
-    def _match(self, body: bytes) -> Signature | None:
-        """The highest-priority fatal signature matching, unless a warning matches too."""
-        lowered = body.lower() if self._words_ci else body
-        picked = set(self._keywordless)
-        for word, gate, folded, keywords in self._groups:
-            haystack = lowered if folded else body
-            if word in haystack and gate.search(haystack):
-                for keyword, members in keywords:
-                    if keyword in haystack:
-                        picked.update(members)
-        if not picked:
-            return None
-        text = body.decode("utf-8", "replace")
-        fatal = (self._fatal[i] for i in sorted(picked))  # in priority order
-        found = next((s for s in fatal if s.regex.search(text)), None)
-        if found is None or any(_matches(s, body, lowered, text) for s in self._benign):
-            return None
-        return found
-
-    def _match_exception(self, body: bytes) -> Signature | None:
-        """The highest-priority `scope: exception` signature matching an exception line."""
-        if not self._exception_sigs:
-            return None
-        text = body.decode("utf-8", "replace")
-        return next((s for s in self._exception_sigs if s.regex.search(text)), None)
-
-    def _add(
-        self,
-        sig: Signature,
-        line: int,
-        text: str,
-        chain: int | None,
-        out: list[Finding],
-        marks: tuple[Mark | None, Mark | None] | None = None,
-    ) -> None:
-        category, priority = sig.category, sig.priority
-        if category == C.CONFIG_ERROR and self._trained:
-            category, priority = C.UNKNOWN, CATEGORY_PRIORITY[C.UNKNOWN]
-        if category == C.KILLED:
-            self._stalled_before(line, out)
-        finding = Finding(sig.id, category, line, text)
-        if chain is not None:
-            self._supersede(chain)
-        self._store(_Hit(finding, sig, priority, chain, sig.survivable), marks)
-        out.append(finding)
-
-    def _supersede(self, chain: int) -> None:
-        for hit in self._hits:
-            if hit.chain == chain:
-                hit.active = False
-
-    def _store(self, hit: _Hit, marks: tuple[Mark | None, Mark | None] | None = None) -> None:
-        if len(self._hits) >= HITS_MAX:
-            self._hits = [h for h in self._hits if h.active]
-            self._open = [h for h in self._open if h.active]
-            top = max((h.priority for h in self._hits), default=-1)
-            if len(self._hits) >= HITS_MAX and hit.priority <= top:
-                return  # an earlier failure at least as likely a cause is kept
-        if hit.survivable:
-            hit.marks = Marks(*(marks or self._seen_before(hit.finding.line)))
-            self._open.append(hit)
-        self._hits.append(hit)
-
-
-def _last_of(region: bytes, start: int, hi: int, end: int, words: tuple[bytes, ...]) -> int:
-    """The last offset in [start, hi) where one of `words` starts, or -1; looked for in
-    growing pieces from `hi` back, and not past WINDOW lines before `end`."""
-    size = 2048
-    while True:
-        lo = max(start, hi - size)
-        at = max(region.rfind(w, lo, hi) for w in words)
-        if at >= 0 or lo == start or region.count(b"\n", lo, end) > WINDOW:
-            return at
-        size *= 4
-
-
-def _segment_bounds(region: bytes, start: int, end: int, at: int) -> tuple[int, int]:
-    """The segment (between "\\n" / "\\r" terminators) of `region[start:end]` holding `at`."""
-    seg_start = max(start, region.rfind(b"\n", start, at) + 1, region.rfind(b"\r", start, at) + 1)
-    ends = [i for i in (region.find(b"\n", at, end), region.find(b"\r", at, end)) if i >= 0]
-    return seg_start, min(ends) if ends else end
-
-
-def _cut(segment: bytes) -> bytes:
-    if len(segment) > HEAD + TAIL:
-        return segment[:HEAD] + CUT_MARK + segment[-TAIL:]
-    return segment
-
-
-class _Finder:
-    """Next offset of any trigger word in a region; each word is searched once per hit."""
-
-    def __init__(self, region: bytes, words: tuple[bytes, ...], folded: tuple[bytes, ...]):
-        self._region = region
-        self._lowered = region.lower() if folded else region
-        self._next = {(w, False): -1 for w in words} | {(w, True): -1 for w in folded}
-
-    def next(self, pos: int) -> int:
-        """The first offset >= pos where a trigger word starts, or -1."""
-        best = -1
-        for key, at in list(self._next.items()):
-            if at < pos:
-                at = (self._lowered if key[1] else self._region).find(key[0], pos)
-                if at < 0:
-                    del self._next[key]  # no more of this word in the region
-                    continue
-                self._next[key] = at
-            best = at if best < 0 else min(best, at)
-        return best
-
-
-_Group = tuple[bytes, re.Pattern[bytes], bool, tuple[tuple[bytes, tuple[int, ...]], ...]]
-
-
-def _groups(
-    fatal: list[Signature], words: tuple[bytes, ...], folded: tuple[bytes, ...]
-) -> list[_Group]:
-    """For each trigger word: a gate matching any keyword of the signatures a trigger
-    literal of which holds the word, and for each such keyword the fatal signatures (by
-    index) it belongs to. Most lines that hold a trigger word open no gate, and cost one
-    search instead of a test per signature."""
-    groups: list[_Group] = []
-    for pool, is_folded in ((words, False), (folded, True)):
-        for word in pool:
-            owners: dict[bytes, list[int]] = {}
-            for i, sig in enumerate(fatal):
-                if sig.ignore_case != is_folded:
-                    continue
-                if any(word in literal for literal in sig.triggers or sig.keywords):
-                    for keyword in sig.keywords:
-                        owners.setdefault(keyword, []).append(i)
-            if owners:
-                ordered = sorted(owners, key=len, reverse=True)
-                keywords = tuple((k, tuple(owners[k])) for k in ordered)
-                groups.append((word, _trie_regex(ordered), is_folded, keywords))
-    return groups
-
-
-def _trie_regex(words: Iterable[bytes]) -> re.Pattern[bytes]:
-    """A regex matching any of `words`, branching on one byte at a time (a trie): at each
-    offset only the words that begin with the byte there are tried."""
-    trie: dict[int, Any] = {}
-    for word in words:
-        node = trie
-        for byte in word:
-            node = node.setdefault(byte, {})
-        node[-1] = {}  # a word ends here
-
-    def build(node: dict[int, Any]) -> bytes:
-        branches = [re.escape(bytes([b])) + build(node[b]) for b in sorted(node) if b >= 0]
-        if not branches:
-            return b""
-        body = branches[0] if len(branches) == 1 else b"(?:" + b"|".join(branches) + b")"
-        return b"(?:" + body + b")?" if -1 in node else body
-
-    return re.compile(build(trie))
-
-
-def _matches(sig: Signature, body: bytes, lowered: bytes, text: str) -> bool:
-    if sig.keywords:
-        haystack = lowered if sig.ignore_case else body
-        if not any(word in haystack for word in sig.keywords):
-            return False
-    return sig.regex.search(text) is not None
-
-
-def _text(segment: bytes) -> str:
-    text = segment.decode("utf-8", "replace").rstrip()
-    return text if len(text) <= TEXT_MAX else text[: TEXT_MAX - 1] + "…"
-
-
-def _diagnosis(root: _Hit, evidence: list[tuple[int, str]]) -> Diagnosis:
-    sig, found = root.signature, root.finding
-    diagnosis = Diagnosis(found.category, None, evidence, found.line, None, _UNKNOWN_MEANING)
-    if sig is None:
-        return replace(diagnosis, action=_UNKNOWN_ACTION)
-    if found.category != sig.category:  # a config error after progress
-        meaning = f"{sig.meaning} It came after training had made progress."
-        return replace(diagnosis, signature=sig.id, meaning=meaning, action=_UNKNOWN_ACTION)
-    return replace(diagnosis, signature=sig.id, meaning=sig.meaning, action=sig.action,
-                   remedy=sig.remedy)  # fmt: skip
 
 
 def diagnose_file(

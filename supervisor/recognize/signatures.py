@@ -10,92 +10,32 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 from rsup.supervisor.core.errors import UsageError
 from rsup.supervisor.effects.configdir import config_file
-from rsup.workers import constants as C
-
-# When a log holds several failures, the highest priority is the root cause: a cause
-# ranks above the consequences it leads to (a GPU fault above the abort it causes).
-CATEGORY_PRIORITY: dict[str, int] = {
-    C.GPU_MEMORY_FAULT: 90,
-    C.HOST_OOM: 88,
-    C.HIP_RUNTIME_INIT: 85,
-    C.OOM: 80,
-    C.CONFIG_ERROR: 75,
-    C.DATALOADER_WORKER: 70,
-    C.NCCL_DISTRIBUTED: 60,
-    C.HANG: 50,
-    C.SEGFAULT_ABORT: 30,
-    C.KILLED: 25,
-    C.UNKNOWN: 10,
-}
-
-# Where a signature is tried. `line`: every line outside a traceback's frames (plain lines
-# and exception lines). `exception`: only the exception line that ends a traceback (and
-# the exception class a notebook traceback's header names). `frame`: only the frames of a
-# traceback, and only heard when the traceback's exception line is missing (cut off),
-# unknown, or an interrupt; the deepest frame matched speaks.
-LINE_SCOPE, EXCEPTION_SCOPE, FRAME_SCOPE = "line", "exception", "frame"
-SCOPES = (LINE_SCOPE, EXCEPTION_SCOPE, FRAME_SCOPE)
+from rsup.supervisor.recognize.catalogue import CATEGORY_PRIORITY as CATEGORY_PRIORITY
+from rsup.supervisor.recognize.catalogue import EXCEPTION_SCOPE as EXCEPTION_SCOPE
+from rsup.supervisor.recognize.catalogue import FRAME_SCOPE as FRAME_SCOPE
+from rsup.supervisor.recognize.catalogue import LINE_SCOPE as LINE_SCOPE
+from rsup.supervisor.recognize.catalogue import SCOPES as SCOPES
+from rsup.supervisor.recognize.catalogue import Catalogue as Catalogue
+from rsup.supervisor.recognize.catalogue import Signature as Signature
+from rsup.supervisor.recognize.keywords import ANCHOR_MIN as ANCHOR_MIN
+from rsup.supervisor.recognize.keywords import MIN_KEYWORD
+from rsup.supervisor.recognize.keywords import derive_keywords as derive_keywords
+from rsup.supervisor.recognize.keywords import trigger_words as trigger_words
 
 _REQUIRED = ("id", "category", "pattern", "meaning", "action", "fatal")
 _OPTIONAL = ("priority", "remedy", "keywords", "enabled", "survivable", "scope")
 _ID_RE = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
-_INLINE_FLAGS_RE = re.compile(r"\(\?[aiLmsux-]+[:)]")
-_MIN_KEYWORD = 3
-ANCHOR_MIN = 2  # trigger literals an anchor must stand for to be searched instead of them
 
 
 class SignatureError(UsageError, ValueError):
     """A catalogue file cannot be read or one of its entries is invalid."""
-
-
-@dataclass(frozen=True)
-class Signature:
-    """One catalogue entry, compiled."""
-
-    id: str
-    category: str
-    pattern: str
-    regex: re.Pattern[str]
-    meaning: str
-    action: str
-    fatal: bool
-    priority: int
-    remedy: str | None
-    # Literals (UTF-8) of which every match contains one; lower case when ignore_case.
-    # Empty when none could be derived: such a pattern is tried on every line. A line
-    # reaches the pattern only when it holds one (the most telling literals are chosen).
-    keywords: tuple[bytes, ...]
-    ignore_case: bool
-    source: str
-    # A job can live through it (a caught OOM, a logged import error): a match followed
-    # by progress is not a cause of death.
-    survivable: bool = False
-    scope: str = LINE_SCOPE  # where it is tried: line, exception, frame (see SCOPES)
-    # Literals of which every match contains one too, chosen to hold a `prefilter` word
-    # where the pattern allows: what is searched for in whole chunks (empty: keywords).
-    triggers: tuple[bytes, ...] = ()
-
-
-@dataclass(frozen=True)
-class Catalogue:
-    """All enabled signatures, in file order, and the files they came from."""
-
-    signatures: tuple[Signature, ...]
-    sources: tuple[str, ...]
-    # Short strings searched for in whole chunks before any line is looked at (`prefilter`).
-    anchors: tuple[str, ...] = ()
-
-    def get(self, signature_id: str) -> Signature | None:
-        """The signature with this id, or None."""
-        return next((s for s in self.signatures if s.id == signature_id), None)
 
 
 def load_catalogue(path: Path | None = None, extra: Sequence[Path] = ()) -> Catalogue:
@@ -132,30 +72,6 @@ def default_catalogue() -> Catalogue:
     return load_catalogue(extra=user_files())
 
 
-def trigger_words(
-    fatal: Sequence[Signature], anchors: Sequence[str], extra: Iterable[bytes] = ()
-) -> tuple[tuple[bytes, ...], tuple[bytes, ...], bool]:
-    """Words, one of which is in every fatal line: exact, lower-cased, and whether every
-    line must be matched anyway (a pattern with no keyword).
-
-    An anchor (a `prefilter` word) stands in for the trigger literals containing it when
-    there are enough of them: each word searched costs a pass over the chunk.
-    """
-    fatal = [sig for sig in fatal if sig.scope == LINE_SCOPE]
-    every_line = any(not sig.keywords for sig in fatal)
-    exact = {*extra, *(w for s in fatal if not s.ignore_case for w in s.triggers or s.keywords)}
-    folded = {w for s in fatal if s.ignore_case for w in s.triggers or s.keywords}
-    return _stand_in(exact, anchors), _stand_in(folded, [a.lower() for a in anchors]), every_line
-
-
-def _stand_in(words: set[bytes], anchors: Sequence[str]) -> tuple[bytes, ...]:
-    encoded = (a.encode("utf-8") for a in anchors)
-    chosen = [a for a in encoded if sum(a in w for w in words) >= ANCHOR_MIN]
-    words = {next((a for a in chosen if a in w), w) for w in words}
-    # A word containing another is redundant: finding the shorter one suffices.
-    return tuple(sorted(w for w in words if not any(o != w and o in w for o in words)))
-
-
 def _read_file(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """The entries and the prefilter anchors of one catalogue file."""
     try:
@@ -173,7 +89,7 @@ def _read_file(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
         raise SignatureError(f"{path}: unknown top-level key(s): {', '.join(map(str, unknown))}")
     anchors = document.get("prefilter") or []
     if not isinstance(anchors, list) or not all(
-        isinstance(a, str) and len(a) >= _MIN_KEYWORD for a in anchors
+        isinstance(a, str) and len(a) >= MIN_KEYWORD for a in anchors
     ):
         raise SignatureError(f"{path}: 'prefilter' must list strings of 3 characters or more")
     entries: list[dict[str, Any]] = []
@@ -262,151 +178,3 @@ def _compile(entry: dict[str, Any], prefer: Sequence[str]) -> Signature:
         scope=entry.get("scope", LINE_SCOPE),
         triggers=tuple(w.encode("utf-8") for w in triggers) if words else (),
     )
-
-
-def derive_keywords(pattern: str, prefer: Sequence[str] = ()) -> list[str]:
-    """Literals of which every match of `pattern` contains one; [] when none is certain.
-
-    A small reading of the regex: top-level alternatives each need a literal; within a
-    sequence the literal run or mandatory group chosen is one whose literals all contain
-    a `prefer` string if possible, else the longest. Anything unusual (inline flags other
-    than a leading (?i)) gives [] and the pattern is simply tried on every line.
-    """
-    body = pattern[4:] if pattern.startswith("(?i)") else pattern
-    if _INLINE_FLAGS_RE.search(body):
-        return []
-    return _alternation(body, tuple(prefer)) or []
-
-
-def _alternation(text: str, prefer: tuple[str, ...]) -> list[str] | None:
-    words: list[str] = []
-    for alternative in _split_top(text):
-        found = _sequence(alternative, prefer)
-        if found is None:
-            return None
-        words.extend(found)
-    return sorted(set(words))
-
-
-def _sequence(text: str, prefer: tuple[str, ...]) -> list[str] | None:
-    options: list[list[str]] = []
-    for is_group, part in _atoms(text):
-        found = _alternation(part, prefer) if is_group else [part]
-        if found and min(len(w) for w in found) >= _MIN_KEYWORD:
-            options.append(found)
-    if not options:
-        return None
-
-    def score(words: list[str]) -> tuple[bool, int]:
-        covered = all(any(a in w for a in prefer) for w in words)
-        return covered, min(len(w) for w in words)
-
-    return max(options, key=score)
-
-
-def _atoms(text: str) -> Iterable[tuple[bool, str]]:
-    """(False, literal run) and (True, mandatory group body) items of one sequence."""
-    run: list[str] = []
-    i = 0
-    while i < len(text):
-        literal, group, end = _next_atom(text, i)
-        optional, after = _quantifier(text, end)
-        if literal is not None and not optional:
-            run.append(literal)
-        # A run ends at anything but a plain literal; a repeated literal may be doubled.
-        if literal is None or after > end:
-            if run:
-                yield False, "".join(run)
-            run = []
-        if group is not None and not optional:
-            yield True, group
-        i = after
-    if run:
-        yield False, "".join(run)
-
-
-def _next_atom(text: str, i: int) -> tuple[str | None, str | None, int]:
-    """(literal char, group body, index after the atom) for the atom at `i`."""
-    char = text[i]
-    if char == "\\":
-        escaped = text[i + 1 : i + 2]
-        literal = escaped if escaped and not escaped.isalnum() else None
-        return literal, None, i + 2
-    if char == "[":
-        return None, None, _class_end(text, i)
-    if char == "(":
-        close = _group_end(text, i)
-        inner = text[i + 1 : close]
-        mandatory = not inner.startswith("?") or inner.startswith(("?:", "?P<"))
-        if inner.startswith("?P<"):
-            inner = inner[inner.index(">") + 1 :]
-        elif inner.startswith("?:"):
-            inner = inner[2:]
-        return None, inner if mandatory else None, close + 1
-    if char in ".^$|":
-        return None, None, i + 1
-    return char, None, i + 1
-
-
-def _quantifier(text: str, i: int) -> tuple[bool, int]:
-    """(whether the preceding atom may be absent, index after its quantifier)."""
-    if i >= len(text) or text[i] not in "*+?{":
-        return False, i
-    optional = text[i] != "+"
-    if text[i] == "{":
-        close = text.find("}", i)
-        minimum = text[i + 1 : close].split(",")[0] if close > 0 else ""
-        optional = not (minimum.isdigit() and int(minimum) > 0)
-        i = close if close > 0 else i
-    i += 1
-    if i < len(text) and text[i] in "?+":
-        i += 1  # lazy or possessive
-    return optional, i
-
-
-def _class_end(text: str, i: int) -> int:
-    j = i + 1
-    if text[j : j + 1] == "^":
-        j += 1
-    if text[j : j + 1] == "]":
-        j += 1
-    while j < len(text) and text[j] != "]":
-        j += 2 if text[j] == "\\" else 1
-    return j + 1
-
-
-def _group_end(text: str, i: int) -> int:
-    depth, j = 0, i
-    while j < len(text):
-        char = text[j]
-        if char == "\\":
-            j += 2
-            continue
-        if char == "[":
-            j = _class_end(text, j)
-            continue
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if depth == 0:
-            return j
-        j += 1
-    return len(text)
-
-
-def _split_top(text: str) -> list[str]:
-    parts: list[str] = []
-    start, j = 0, 0
-    while j < len(text):
-        char = text[j]
-        if char == "\\":
-            j += 2
-        elif char == "[":
-            j = _class_end(text, j)
-        elif char == "(":
-            j = _group_end(text, j) + 1
-        else:
-            if char == "|":
-                parts.append(text[start:j])
-                start = j + 1
-            j += 1
-    parts.append(text[start:])
-    return parts

@@ -1,0 +1,61 @@
+"""The bulk pre-scan: trigger words and progress looked for in whole regions, not line by line."""
+
+from __future__ import annotations
+
+from rsup.supervisor.recognize.ledger import WINDOW
+
+# Literals one of which every progress segment holds (advance.parse needs them), and
+# one of which every segment showing an epoch holds.
+BACK_WORDS: tuple[bytes, ...] = (
+    b"/",
+    b"it [",
+    b"poch",
+    b"POCH",
+    b"tep",
+    b"TEP",
+    b"iter",
+    b"Iter",
+    b"ITER",
+)
+EPOCH_WORDS: tuple[bytes, ...] = (b"poch", b"POCH", b"/")
+
+
+def last_of(region: bytes, start: int, hi: int, end: int, words: tuple[bytes, ...]) -> int:
+    """The last offset in [start, hi) where one of `words` starts, or -1; looked for in
+    growing pieces from `hi` back, and not past WINDOW lines before `end`."""
+    size = 2048
+    while True:
+        lo = max(start, hi - size)
+        at = max(region.rfind(w, lo, hi) for w in words)
+        if at >= 0 or lo == start or region.count(b"\n", lo, end) > WINDOW:
+            return at
+        size *= 4
+
+
+def segment_bounds(region: bytes, start: int, end: int, at: int) -> tuple[int, int]:
+    """The segment (between "\\n" / "\\r" terminators) of `region[start:end]` holding `at`."""
+    seg_start = max(start, region.rfind(b"\n", start, at) + 1, region.rfind(b"\r", start, at) + 1)
+    ends = [i for i in (region.find(b"\n", at, end), region.find(b"\r", at, end)) if i >= 0]
+    return seg_start, min(ends) if ends else end
+
+
+class Finder:
+    """Next offset of any trigger word in a region; each word is searched once per hit."""
+
+    def __init__(self, region: bytes, words: tuple[bytes, ...], folded: tuple[bytes, ...]):
+        self._region = region
+        self._lowered = region.lower() if folded else region
+        self._next = {(w, False): -1 for w in words} | {(w, True): -1 for w in folded}
+
+    def next(self, pos: int) -> int:
+        """The first offset >= pos where a trigger word starts, or -1."""
+        best = -1
+        for key, at in list(self._next.items()):
+            if at < pos:
+                at = (self._lowered if key[1] else self._region).find(key[0], pos)
+                if at < 0:
+                    del self._next[key]  # no more of this word in the region
+                    continue
+                self._next[key] = at
+            best = at if best < 0 else min(best, at)
+        return best
