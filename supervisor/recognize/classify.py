@@ -268,6 +268,10 @@ class LiveClassifier(FailureLedger):
         if tb.cut:
             self._end_trace(out)
         if tb.started:
+            head = body.find(TB_HEADER)
+            if head > 0 and advance.CANDIDATE.search(body, 0, head):
+                # a bar drawn just before the traceback, on its line, was seen before it
+                self._progress(body[:head], line)
             self._trace = _Trace(
                 tb.chain, line, text_of(segment), self._seen_before(line), tb.notebook_class
             )
