@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
+import time
 from typing import Any
 
 from rich.console import Console
@@ -51,6 +52,11 @@ def progress_text(progress: dict[str, Any] | None) -> str:
         parts.append("SLOW")
     if progress.get("eta_s") is not None:
         parts.append(f"ETA {_duration(float(progress['eta_s']))}")
+    quiet = progress.get("quiet")
+    if isinstance(quiet, dict) and quiet.get("since"):
+        silent = _duration(max(0.0, time.time() - float(quiet["since"])))
+        parts.insert(0, f"silent {silent}, hang limit {_duration(float(quiet['limit_s']))} "
+                     f"(busy {_duration(float(quiet['busy_limit_s']))}),")  # fmt: skip
     return " ".join(parts) or "-"
 
 

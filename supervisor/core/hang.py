@@ -30,6 +30,7 @@ class HangConfig:
     startup_timeout: float = 3600.0
     hard_factor: float = 3.0
     adapted: float | None = None  # carried over from earlier attempts of the same job
+    busy_limit: float | None = None  # hang.busy_limit; None: hard_factor x the limit
 
     @property
     def floor(self) -> float:
@@ -43,11 +44,13 @@ class HangVerdict:
     limit: float  # the limit that was passed: the timeout when idle, the hard limit when busy
     cpu_cores: float
     busy: bool
+    why: str = ""  # why the limit had that value
 
     def describe(self) -> str:
         how = "busy" if self.busy else "idle"
+        why = f": {self.why}" if self.why else ""
         return (
-            f"no progress for {self.silent_for:.1f} s (limit {self.limit:.1f} s) "
+            f"no progress for {self.silent_for:.1f} s (limit {self.limit:.1f} s{why}) "
             f"while {how} ({self.cpu_cores:.2f} cores)"
         )
 
@@ -97,15 +100,47 @@ class HangDetector:
     def check(self, now: float, cpu_seconds: float | None) -> HangVerdict | None:
         """A verdict when the job is hung now, else None. `cpu_seconds`: the tree's CPU time."""
         since = self.last_progress if self.last_progress is not None else self.started
-        limit, base = self._limits()
+        limit = self._limits()[0]
         silent = now - since
         cores = self._cores(now, cpu_seconds, limit)
         if silent < limit:
             return None
         if cores < IDLE_CORES:
-            return HangVerdict(silent, limit, cores, busy=False)
-        hard = max(limit, base) * self.config.hard_factor
-        return HangVerdict(silent, hard, cores, busy=True) if silent >= hard else None
+            return HangVerdict(silent, limit, cores, busy=False, why=self.why())
+        hard = self.busy_limit()
+        if silent < hard:
+            return None
+        return HangVerdict(silent, hard, cores, busy=True, why=self.why(busy=True))
+
+    def busy_limit(self) -> float:
+        """How long a silent job may stay busy: hang.busy_limit, else the factor."""
+        if self.config.busy_limit is not None:
+            return self.config.busy_limit
+        limit, base = self._limits()
+        return max(limit, base) * self.config.hard_factor
+
+    def silent_for(self, now: float) -> float:
+        since = self.last_progress if self.last_progress is not None else self.started
+        return now - since
+
+    def limit(self) -> float:
+        """The silence limit in force for an idle job."""
+        return self._limits()[0]
+
+    def why(self, busy: bool = False) -> str:
+        """Why the limit in force has its value, in words."""
+        if busy:
+            if self.config.busy_limit is not None:
+                return "hang.busy_limit"
+            return f"hang.hard_limit_factor ({self.config.hard_factor:g}) x the silence limit"
+        if self.last_progress is None:
+            return "hang.startup_timeout: no progress yet"
+        if self.learned:
+            return (f"adapted: {ADAPT_FACTOR:g} x the longest gap between progress seen "
+                    f"({self.longest:.0f} s), at least {self.config.floor:g} s")  # fmt: skip
+        if self.config.adapted is not None:
+            return "adapted to the job's rhythm in an earlier attempt"
+        return "hang.timeout"
 
     def _limits(self) -> tuple[float, float]:
         """(the silence limit in force, the configured one it stands for)."""

@@ -93,6 +93,9 @@ class HangSpec(_Model):
     timeout: PositiveDuration = 1800.0
     startup_timeout: PositiveDuration = 3600.0
     hard_limit_factor: Annotated[float, Field(ge=1)] = 3.0
+    # the longest a silent job may stay busy (CPU or GPU kernels compiling) before it is
+    # a hang; unset: hard_limit_factor x the silence limit. `rsup status` shows it.
+    busy_limit: PositiveDuration | None = None
     # a fatal GPU fault or runtime abort was printed, and the job neither exits nor
     # advances: it is wedged in the driver. Stopped after this long, then recovered.
     fault_grace: PositiveDuration = 60.0

@@ -38,6 +38,7 @@ POLL = 0.5  # how often the files are read when inotify cannot be had
 TICK_MIN, TICK_MAX = 1.0, 5.0
 PROGRESS_WRITE_EVERY = 1.0  # throttle job.progress writes to the store
 BUDGET_EVERY = 5.0  # seconds between runtime/cost checks
+QUIET_SHOWN = 60.0  # seconds of silence after which `rsup status` says how long, and the limits
 # Faults that often leave the process wedged in the driver instead of ending it.
 WEDGING = frozenset({C.GPU_MEMORY_FAULT, C.HIP_RUNTIME_INIT, C.SEGFAULT_ABORT})
 
@@ -195,11 +196,33 @@ class AttemptMonitor:
         self.next_hang_check = now + period
         report = self.watcher.check_hang()
         if report is None:
+            self._show_quiet(now)
             return
         self.hang_report = report  # the runner stores it with the job's stacks
         if self.watcher.detector.learned:
             self.store.update_job(self.job, hang_timeout=self.watcher.detector.timeout)
         self.hung.set()
+
+    def _show_quiet(self, now: float) -> None:
+        """A job silent for a while says so in its status, with the limits in force:
+        "silent 12m, hang limit 30m (busy 90m)". Written when it starts and when it ends."""
+        detector = self.watcher.detector
+        silent = detector.silent_for(now)
+        progress = self.watcher.progress or {}
+        if silent < QUIET_SHOWN:
+            if "quiet" in progress:
+                self.watcher.progress = {k: v for k, v in progress.items() if k != "quiet"}
+                self.progress_unsaved = True
+                self._save_progress(force=True)
+            return
+        since = round(time.time() - silent, 1)
+        quiet = {"since": since, "limit_s": round(detector.limit(), 1), "why": detector.why(),
+                 "busy_limit_s": round(detector.busy_limit(), 1)}  # fmt: skip
+        if abs(((progress.get("quiet") or {}).get("since") or 0) - since) < 1.0:
+            return
+        self.watcher.progress = {**progress, "quiet": quiet}
+        self.progress_unsaved = True
+        self._save_progress(force=True)
 
     def _fault_seen(self) -> None:
         if self.fault_deadline is None:

@@ -67,6 +67,7 @@ class AttemptWatcher:
         self.position: tuple[float, ...] = ()  # the furthest (epoch, step) reported
         self.pace_start: tuple[float, float] | None = None  # (time, step) of the first report
         self.output_pace: tuple[float, float] | None = None  # (time, fraction done) first seen
+        self.last_milestone: dict[str, Any] | None = None  # the last progress point stored
         self.progress: dict[str, Any] | None = None
         self.faults_seen: set[str] = set()
         self.pending = b""
@@ -148,8 +149,8 @@ class AttemptWatcher:
             evidence.update(rank=rank.rank, rank_pid=rank.pid, silent_ranks=list(rank.silent),
                             rank_message=rank.describe())  # fmt: skip
         return event("hang_detected", silent_for=round(verdict.silent_for, 2), limit=verdict.limit,
-                     cpu_cores=round(verdict.cpu_cores, 3), busy=verdict.busy,
-                     message=verdict.describe(), **evidence)  # fmt: skip
+                     limit_why=verdict.why, cpu_cores=round(verdict.cpu_cores, 3),
+                     busy=verdict.busy, message=verdict.describe(), **evidence)  # fmt: skip
 
     # reading -----------------------------------------------------------------
 
@@ -234,7 +235,34 @@ class AttemptWatcher:
         # shown in status, but not a heartbeat: the policy's "reports progress" is the job's
         # own word (events), which says when work was saved
         self.progress = {**(self.progress or {}), **found, "at": time.time(), "source": "output"}
+        # Ultralytics' worker reports its epochs itself (epoch_end)
+        milestone = self._milestone(found) if moved and self.job.kind != "ultralytics" else None
+        if milestone is not None:  # the curve `rsup report` and the dashboard draw
+            return [Report(PROGRESS, {"force": False}), event("progress", **milestone)]
         return [Report(PROGRESS, {"force": False})]
+
+    def _milestone(self, found: dict[str, Any]) -> dict[str, Any] | None:
+        """A point worth keeping for the run's curve: a new epoch, or a fiftieth more of
+        the steps; None between them."""
+        epoch, step, total = found.get("epoch"), found.get("step"), found.get("total")
+        last = self.last_milestone
+        new_epoch = isinstance(epoch, int) and (last is None or epoch != last.get("epoch"))
+        stride = max(1, int(total) // 50) if isinstance(total, int) else 1
+        far = isinstance(step, int) and (last is None or step >= (last.get("step") or 0) + stride
+                                         or step < (last.get("step") or 0))  # fmt: skip
+        if not (new_epoch or (epoch is None and far)):
+            return None
+        point = {
+            "epoch": epoch,
+            "epochs": found.get("epochs"),
+            "step": step,
+            "steps": total,
+            "loss": found.get("loss"),
+            "eta_s": found.get("eta_s"),
+            "source": "output",
+        }
+        self.last_milestone = {k: v for k, v in point.items() if v is not None}
+        return self.last_milestone
 
     def _output_pace(self, found: dict[str, Any]) -> float | None:
         """Seconds left at the pace the printed counters moved in this attempt."""
@@ -327,4 +355,5 @@ def hang_config(job: Job) -> HangConfig:
         startup_timeout=hang.startup_timeout,
         hard_factor=hang.hard_limit_factor,
         adapted=job.hang_timeout,
+        busy_limit=hang.busy_limit,
     )

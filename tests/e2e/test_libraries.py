@@ -78,6 +78,11 @@ def test_kill_and_hang_are_recovered_from_what_the_library_prints(
     assert hung and hung[0]["attempt"] == 2 and hung[0].get("stacks"), hung
     assert status["attempts"] == 3
     check_records(tmp_path / name, lib, exact=True)
+    # the run's curve, for every kind: progress points from what the library printed
+    points = [e for e in events(rsupd, name, "progress") if e.get("source") == "output"]
+    assert {e["attempt"] for e in points} >= {1, 3}, points[-3:]
+    png = tmp_path / f"{name}.png"
+    assert rsupd.cli("report", name, "--png", str(png)).returncode == 0 and png.stat().st_size
 
 
 @pytest.mark.parametrize("lib", sorted(SCRIPTS))

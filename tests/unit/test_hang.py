@@ -50,7 +50,7 @@ def test_idle_silence_is_a_hang_at_the_timeout() -> None:
     assert verdict is not None and not verdict.busy
     assert verdict.silent_for == pytest.approx(10)
     assert verdict.limit == 10 and verdict.cpu_cores < IDLE_CORES
-    assert "no progress for 10.0 s (limit 10.0 s) while idle" in verdict.describe()
+    assert "no progress for 10.0 s (limit 10.0 s: hang.timeout) while idle" in verdict.describe()
 
 
 def test_not_a_hang_just_before_the_timeout() -> None:
@@ -253,3 +253,23 @@ def test_cpu_samples_stay_bounded_on_a_long_busy_silence() -> None:
     assert len(clock.detector.samples) <= 2 * 60 + 2
     cores = clock.detector._cores(clock.now + STEP, clock.cpu + STEP, 600)
     assert cores == pytest.approx(1.0, rel=0.02)
+
+
+def test_a_busy_limit_in_the_spec_is_the_busy_ceiling_and_is_named() -> None:
+    config = HangConfig(timeout=10.0, startup_timeout=10.0, busy_limit=25.0)
+    detector = HangDetector(config, 0.0)
+    detector.progress(0.0)
+    assert detector.busy_limit() == 25.0 and detector.why(busy=True) == "hang.busy_limit"
+    for t in range(1, 25):  # a core busy all along, silent: under the ceiling
+        assert detector.check(float(t), float(t)) is None
+    verdict = detector.check(26.0, 26.0)
+    assert verdict is not None and verdict.busy and verdict.limit == 25.0
+    assert "hang.busy_limit" in verdict.describe()
+
+
+def test_the_limit_says_why_it_has_its_value() -> None:
+    detector = HangDetector(HangConfig(timeout=10.0, startup_timeout=30.0), 0.0)
+    assert detector.why() == "hang.startup_timeout: no progress yet"
+    detector.progress(1.0)
+    assert detector.why() == "hang.timeout"
+    assert detector.why(busy=True).startswith("hang.hard_limit_factor (3)")
