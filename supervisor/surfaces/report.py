@@ -32,6 +32,7 @@ FAULT_COLOUR = "#e00000"
 DECISION_COLOUR = "#1a7f37"
 DRILL_COLOUR = "#8e44ad"
 PROGRESS_COLOUR = "#1f2d3d"
+LOSS_COLOUR = "#7a4fb3"
 WIDTH_PX, HEIGHT_PX, DPI = 1400, 650, 100
 LONG_RUN = 3 * 3600.0  # from here on the time axis is in hours
 MEDIUM_RUN = 180.0  # from here on, in minutes
@@ -111,7 +112,10 @@ def _progress(events: Rows, unit: str, t0: float) -> Rows:
         if e["event"] == "run_started" and unit == "epoch" and e.get("start_epoch") is not None:
             value = int(e["start_epoch"]) - 1
         if isinstance(value, int | float) and not isinstance(value, bool):
-            points.append({"t": e["ts"] - t0, "value": float(value), "attempt": e["attempt"]})
+            point = {"t": e["ts"] - t0, "value": float(value), "attempt": e["attempt"]}
+            if isinstance(e.get("loss"), int | float):
+                point["loss"] = float(e["loss"])
+            points.append(point)
     return points
 
 
@@ -323,6 +327,19 @@ def _series(ax: Axes, data: dict[str, Any], div: float) -> None:
         ax.plot([p["t"] / div for p in points], [p["value"] for p in points],
                 color=PROGRESS_COLOUR, linewidth=1.4, marker="o" if small else None,
                 markersize=3, zorder=4)  # fmt: skip
+    _loss(ax, by_attempt, div)
+
+
+def _loss(ax: Axes, by_attempt: dict[Any, Rows], div: float) -> None:
+    """The loss across attempts, on its own axis at the right, where the job printed one."""
+    lossy = {n: [p for p in pts if "loss" in p] for n, pts in by_attempt.items()}
+    if not any(lossy.values()):
+        return
+    twin = ax.twinx()
+    twin.set_ylabel("loss", color=LOSS_COLOUR)
+    for points in lossy.values():
+        twin.plot([p["t"] / div for p in points], [p["loss"] for p in points],
+                  color=LOSS_COLOUR, linewidth=1.0, linestyle=":", zorder=3)  # fmt: skip
 
 
 def _marks(ax: Axes, data: dict[str, Any], div: float) -> None:

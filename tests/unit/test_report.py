@@ -359,3 +359,19 @@ def test_write_report_defaults_to_a_png_named_after_the_job(
     monkeypatch.chdir(tmp_path)
     assert report.write_report(data, None, None) == [Path("thermal-report.png")]
     assert (tmp_path / "thermal-report.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_command_jobs_printed_progress_and_loss_are_drawn(tmp_path: Path) -> None:
+    store = Store(tmp_path / "state.db")
+    spec = JobSpec(name="hf", command=["x"])
+    store.add_job(Job("hf", 0, spec, JobState.SUCCEEDED, "done", T0, T0))
+    store.add_attempt(Attempt("hf", 1, "/a/1", T0 + 1, ended=T0 + 50))
+    for i, step in enumerate((4, 8, 12), 1):
+        put(store, i / 100, "hf", 1, "progress", step=step, steps=32, loss=5.0 - i,
+            source="output")  # fmt: skip
+    data = report.report_data(store, "hf", now=T0 + 100)
+    assert data["unit"] == "step" and data["total"] == 32.0
+    assert [p["loss"] for p in data["progress"]] == [4.0, 3.0, 2.0]
+    png = tmp_path / "hf.png"
+    report.write_report(data, png, None)
+    assert png.stat().st_size > 10_000
