@@ -214,15 +214,18 @@ def test_truncated_last_pt_resumes_from_last_good(
     assert second.mine("run_completed")
 
 
-def test_oom_drill_is_a_real_allocation_failure(
+def test_oom_drill_raises_torchs_out_of_memory_error(
     data_yaml: Path, tmp_path: Path, start: Callable[..., Worker]
 ) -> None:
+    # On a GPU it is a real allocation failure; here, without one, torch's own GPU
+    # out-of-memory error class stands for it (the CPU allocator's error is host_oom).
     worker = start(write_config(tmp_path, data_yaml, drills=[{"kind": "oom", "at_epoch": 1}]))
     assert worker.wait() == 1
-    assert "DefaultCPUAllocator: can't allocate memory" in worker.log()
+    assert "OutOfMemoryError: CUDA out of memory" in worker.log()
+    assert "stands for the GPU allocator's" in worker.log()
     assert [e["kind"] for e in worker.mine("drill_fired")] == ["oom"]
     (failed,) = worker.mine("run_failed")
-    assert "can't allocate memory" in failed["message"]
+    assert "out of memory" in failed["message"]
 
 
 def process_state(pid: int) -> str:
