@@ -17,6 +17,8 @@ import re
 import zipfile
 from pathlib import Path
 
+from rsup.workers.yolockpt import zip_ok
+
 GLOB_CHARS = frozenset("*?[")
 _HF_FOLDER = re.compile(r"checkpoint-\d+")
 _NUMBER = re.compile(r"(\d+)(?:\.[A-Za-z]+)?$")
@@ -74,12 +76,10 @@ def whole(path: Path) -> bool:
     try:
         if path.stat().st_size == 0:
             return False
-        if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as archive:
-                return archive.testzip() is None
-    except (OSError, zipfile.BadZipFile, RuntimeError, ValueError):
+        is_zip = zipfile.is_zipfile(path)
+    except OSError:
         return False
-    return True
+    return zip_ok(str(path)) if is_zip else True
 
 
 def _mtime(path: Path) -> float:

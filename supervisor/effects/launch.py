@@ -11,15 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rsup.supervisor.core.runnable import CHECKPOINT_TOKEN, PYTHON_NAMES
 from rsup.supervisor.core.spec import JobSpec
 from rsup.supervisor.effects import checkpoints
 from rsup.supervisor.effects.proctime import stat_fields
 from rsup.supervisor.effects.profiles import load_profile
 from rsup.supervisor.recognize import ranks
 from rsup.workers import constants as C
-
-CHECKPOINT_TOKEN = "{checkpoint}"
-PYTHON_NAMES = ("python", "python3", "{python}")
 
 
 @dataclass(frozen=True)

@@ -216,10 +216,10 @@ class AttemptMonitor:
                 self._save_progress(force=True)
             return
         since = round(time.time() - silent, 1)
+        if abs(((progress.get("quiet") or {}).get("since") or 0) - since) < 1.0:
+            return  # the same silence, already shown
         quiet = {"since": since, "limit_s": round(detector.limit(), 1), "why": detector.why(),
                  "busy_limit_s": round(detector.busy_limit(), 1)}  # fmt: skip
-        if abs(((progress.get("quiet") or {}).get("since") or 0) - since) < 1.0:
-            return
         self.watcher.progress = {**progress, "quiet": quiet}
         self.progress_unsaved = True
         self._save_progress(force=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import math
 import os
 import time
@@ -26,6 +25,7 @@ from rsup.supervisor.core.states import JobState
 from rsup.supervisor.effects import devices
 from rsup.supervisor.effects.procwait import wait_event
 from rsup.supervisor.effects.store import Store
+from rsup.supervisor.surfaces import listen
 
 log = structlog.get_logger("rsupd")
 
@@ -185,13 +185,7 @@ class GpuCache:
 
 def check_host(host: str, allow_remote: bool = False) -> None:
     """Refuse a listener reachable from the network unless it was asked for explicitly."""
-    if allow_remote or host == "localhost":
-        return
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    if not allow_remote and not listen.is_loopback(host):
         raise MetricsError(
             f"refusing to serve metrics on {host}: job names, states and GPU use would be "
             f"readable from the network. Listen on 127.0.0.1 (or ::1) and scrape from this "
@@ -201,13 +195,12 @@ def check_host(host: str, allow_remote: bool = False) -> None:
 
 def parse_listen(value: str) -> tuple[str, int]:
     """HOST:PORT -> (host, port): 127.0.0.1:9464, [::1]:9464, or :9464 for 127.0.0.1."""
-    host, sep, port = value.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]") or "127.0.0.1"
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    found = listen.split(value)
+    if found is None:
         raise MetricsError(
             f"metrics listen address {value!r} is not HOST:PORT (e.g. 127.0.0.1:9464)"
         )
-    return host, int(port)
+    return found
 
 
 async def serve_metrics(

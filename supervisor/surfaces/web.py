@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 from rsup.supervisor.core.errors import RsupError
-from rsup.supervisor.surfaces import web_auth
+from rsup.supervisor.surfaces import listen, web_auth
 from rsup.supervisor.surfaces.api import Api, ApiError, _may_see
 from rsup.supervisor.surfaces.web_auth import COOKIE, CSRF_HEADER, Tokens, WebError
 from rsup.supervisor.surfaces.web_page import page
@@ -80,7 +80,7 @@ class Dashboard:
         engine.listeners.append(self.hub.jobs_changed)
         engine.store.listeners.append(self.hub.on_event)
         engine.output_listeners.append(self.hub.on_output)
-        if not web_auth.is_loopback(self.host):
+        if not listen.is_loopback(self.host):
             log.warning("dashboard reachable from the network (allow_remote = true); "
                         "anyone who can reach it needs a token, but prefer an SSH tunnel",
                         listen=f"{self.host}:{self.port}")  # fmt: skip

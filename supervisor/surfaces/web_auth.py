@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import ipaddress
 import os
 import secrets
 from pathlib import Path
 
 from rsup.supervisor.core.errors import UsageError
+from rsup.supervisor.surfaces import listen
 
 COOKIE = "rsup_token"
 CSRF_HEADER = "X-CSRF-Token"
@@ -29,25 +29,15 @@ class WebError(UsageError, ValueError):
 
 def parse_listen(value: str) -> tuple[str, int]:
     """HOST:PORT -> (host, port): 127.0.0.1:8765, [::1]:8765, or :8765 for 127.0.0.1."""
-    host, sep, port = value.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]") or "127.0.0.1"
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    found = listen.split(value)
+    if found is None:
         raise WebError(f"web listen address {value!r} is not HOST:PORT (e.g. {DEFAULT_LISTEN})")
-    return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return found
 
 
 def check_host(host: str, allow_remote: bool) -> None:
     """Refuse a listener reachable from the network unless it was asked for explicitly."""
-    if not allow_remote and not is_loopback(host):
+    if not allow_remote and not listen.is_loopback(host):
         raise WebError(
             f"refusing to serve the dashboard on {host}: it would be reachable from the "
             "network. Listen on 127.0.0.1 and use an SSH tunnel (docs/web.md), or set "
