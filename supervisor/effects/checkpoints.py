@@ -14,12 +14,12 @@ import glob
 import json
 import os
 import re
-import zipfile
 from pathlib import Path
 
 from rsup.workers.yolockpt import zip_ok
 
 GLOB_CHARS = frozenset("*?[")
+ZIP_MAGIC = b"PK\x03\x04"  # torch.save files are zip archives
 _HF_FOLDER = re.compile(r"checkpoint-\d+")
 _NUMBER = re.compile(r"(\d+)(?:\.[A-Za-z]+)?$")
 
@@ -76,7 +76,8 @@ def whole(path: Path) -> bool:
     try:
         if path.stat().st_size == 0:
             return False
-        is_zip = zipfile.is_zipfile(path)
+        with path.open("rb") as handle:  # a zip starts with its first local header; a
+            is_zip = handle.read(4) == ZIP_MAGIC  # cut-off one has lost its end record
     except OSError:
         return False
     return zip_ok(str(path)) if is_zip else True
