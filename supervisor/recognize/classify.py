@@ -87,10 +87,12 @@ from rsup.supervisor.recognize.tracebacks import (
     FRAME,
     FRAME_WORDS,
     IDLE,
+    ORPHAN_WORDS,
     PLAIN,
     TB_HEADER,
     Tracebacks,
     is_failure_exception,
+    is_orphan_exception,
 )
 from rsup.workers import constants as C
 
@@ -114,7 +116,7 @@ class LiveClassifier(FailureLedger):
     def __init__(self, catalogue: Catalogue | None = None, *, progress_seen: bool = False):
         super().__init__(progress_seen=progress_seen)
         cat = catalogue or default_catalogue()
-        self._matcher = Matcher(cat, (TB_HEADER, *CHAIN_MARKERS, *FRAME_WORDS))
+        self._matcher = Matcher(cat, (TB_HEADER, *CHAIN_MARKERS, *FRAME_WORDS, *ORPHAN_WORDS))
         self._tb = Tracebacks()
         self._trace: _Trace | None = None
         self._lines = 0  # "\n" seen so far
@@ -284,9 +286,11 @@ class LiveClassifier(FailureLedger):
             self._progress(body, line)
         signature = self._matcher.match(body)
         if role == EXCEPTION:
-            self._exception(body, segment, signature, out)
+            self._exception(body, segment, signature, out, self._tb.chain)
         elif signature is not None:
             self._add(signature, line, text_of(segment), None, out)
+        elif tb.state == IDLE and is_orphan_exception(body):
+            self._exception(body, segment, None, out, None)  # its frames were not shown
 
     def _frame(self, body: bytes, segment: bytes, line: int) -> None:
         assert self._trace is not None
@@ -300,11 +304,15 @@ class LiveClassifier(FailureLedger):
                 return
 
     def _exception(
-        self, body: bytes, segment: bytes, signature: Signature | None, out: list[Finding]
+        self,
+        body: bytes,
+        segment: bytes,
+        signature: Signature | None,
+        out: list[Finding],
+        chain: int | None,
     ) -> None:
-        """The exception line that ends a traceback."""
+        """The exception line that ends a traceback (`chain`), or stands alone (None)."""
         trace, self._trace = self._trace, None
-        chain = self._tb.chain
         marks = trace.marks if trace else None
         signature = signature or self._matcher.match_exception(body)
         line = self._lines + 1
@@ -317,8 +325,7 @@ class LiveClassifier(FailureLedger):
         else:
             text = body.decode("utf-8", "replace")
             if is_failure_exception(text):
-                finding = Finding("", C.UNKNOWN, line, text_of(segment))
-                self._store(Hit(finding, None, CATEGORY_PRIORITY[C.UNKNOWN], chain, True), marks)
+                self._unknown_exception(text, line, text_of(segment), chain, marks)
 
     def _end_trace(self, out: list[Finding]) -> None:
         """A traceback ended without its exception line: decide by what it showed."""

@@ -37,6 +37,32 @@ STALLED = Signature(
     source="built in",
     survivable=True,
 )
+# An exception no signature knows, raised before the job trained: its code, data or setup
+# is wrong, and the same run would raise it again. Not when it names what comes and goes
+# (the network, a timeout, the GPU runtime) or values gone NaN: those stay `unknown`.
+UNTRAINED = Signature(
+    id="exception-before-training",
+    category=C.CONFIG_ERROR,
+    pattern=r"^\w+(?:Error|Exception)",
+    regex=re.compile(r"^\w+(?:Error|Exception)"),
+    meaning=(
+        "The job raised an exception that no signature knows before it trained a single "
+        "step: its code, data or setup is wrong, and running it again raises it again."
+    ),
+    action="Fail at once (no crash loop) with the evidence.",
+    fatal=True,
+    priority=CATEGORY_PRIORITY[C.CONFIG_ERROR],
+    remedy="Read the exception, fix the job, and start it again.",
+    keywords=(),
+    ignore_case=False,
+    source="built in",
+    survivable=True,
+)
+TRANSIENT = re.compile(
+    r"CUDA|HIP|[Cc]u(?:DNN|dnn|BLAS|blas)|CUDNN|CUBLAS|NCCL|[Tt]ime[ds]? ?out|[Cc]onnect"
+    r"|HTTP|[Nn]etwork|[Tt]emporar|[Rr]esolve|\b(?:nan|NaN|inf|Inf)\b|infinite|finite"
+    r"|[Ii]nterrupt|[Ss]ignal|[Mm]emory|[Dd]evice-side"
+)
 
 
 @dataclass
@@ -151,6 +177,23 @@ class FailureLedger:
             self._supersede(chain)
         self._store(Hit(finding, sig, priority, chain, sig.survivable), marks)
         out.append(finding)
+
+    def _unknown_exception(
+        self,
+        text: str,
+        line: int,
+        shown: str,
+        chain: int | None,
+        marks: tuple[Mark | None, Mark | None] | None,
+    ) -> None:
+        """An exception line no signature knows (see UNTRAINED for when it is a config error)."""
+        if not self._trained and not TRANSIENT.search(text):
+            finding = Finding(UNTRAINED.id, C.CONFIG_ERROR, line, shown)
+            hit = Hit(finding, UNTRAINED, UNTRAINED.priority, chain, True)
+        else:
+            finding = Finding("", C.UNKNOWN, line, shown)
+            hit = Hit(finding, None, CATEGORY_PRIORITY[C.UNKNOWN], chain, True)
+        self._store(hit, marks)
 
     def _supersede(self, chain: int) -> None:
         for hit in self._hits:

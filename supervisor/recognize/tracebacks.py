@@ -121,6 +121,19 @@ class Tracebacks:
         return PLAIN
 
 
+# An exception line standing alone (no traceback before it: the excerpt or the program
+# printed only that): a dotted or CamelCase name ending in Error or Exception, at column 0.
+_ORPHAN = re.compile(
+    rb"(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*(?:Error|Exception)|Exception)(?::\s|:?\s*$)"
+)
+ORPHAN_WORDS = (b"Error", b"Exception")
+
+
+def is_orphan_exception(body: bytes) -> bool:
+    """Whether a line outside any traceback is an exception line whose frames are missing."""
+    return _ORPHAN.match(body) is not None
+
+
 def is_failure_exception(text: str) -> bool:
     """Whether an exception line (the one ending a traceback) names a failure: it looks like
     `Name: message` and is not an interrupt or exit."""
