@@ -22,7 +22,13 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   earlier ones of that chain.
 - A traceback that ends the output is fatal: its exception line decides, and an exception
   no signature knows is `unknown` (an unknown final exception of a chain leaves the known
-  one of the chain standing).
+  one of the chain standing). Raised before the job trained, such an exception is a
+  `config_error` (signature `exception-before-training`): the same code on the same setup
+  raises it again. Not when it names what comes and goes (the network, a timeout, the GPU
+  runtime, memory, a signal) or NaN values: those stay `unknown` and are retried.
+- An exception line standing alone at column 0 (`KeyError: 'boxes'`, a dotted or CamelCase
+  name ending in Error or Exception, outside any traceback) is the exception line of a
+  traceback whose frames were not printed or not copied, and counts as one.
 - A cut-off traceback (the excerpt starts inside its frames, or ends before its exception
   line) still counts: by its exception line when present; else by the exception class a
   notebook header named; else by the deepest frame a `scope: frame` signature knows

@@ -126,7 +126,7 @@ class Tracebacks:
 _ORPHAN = re.compile(
     rb"(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*(?:Error|Exception)|Exception)(?::\s|:?\s*$)"
 )
-ORPHAN_WORDS = (b"Error", b"Exception")
+ORPHAN_WORDS = (b"Error", b"Exception:")  # not "cudnnException," warnings
 
 
 def is_orphan_exception(body: bytes) -> bool:

@@ -198,9 +198,9 @@ def test_an_unknown_final_exception_leaves_the_known_one(catalogue: Catalogue) -
 
 
 def test_unknown_exception_is_unknown_with_its_line(catalogue: Catalogue) -> None:
-    text = "Traceback (most recent call last):\n  File \"x.py\", line 1\nKeyError: 'boxes'\n"
+    text = "Epoch 2/10\nTraceback (most recent call last):\n  File \"x.py\", line 1\nKeyError: 'boxes'\n"
     diagnosis = diagnose(text, catalogue)
-    assert (diagnosis.category, diagnosis.signature, diagnosis.line) == (C.UNKNOWN, None, 3)
+    assert (diagnosis.category, diagnosis.signature, diagnosis.line) == (C.UNKNOWN, None, 4)
 
 
 def test_a_cut_off_traceback_ends(catalogue: Catalogue) -> None:
@@ -452,10 +452,10 @@ def test_sigkill_is_host_oom_only_with_evidence() -> None:
 
 
 def test_a_crash_signal_keeps_the_logs_unknown_evidence(catalogue: Catalogue) -> None:
-    log = diagnose("Traceback (most recent call last):\nValueError: x\n", catalogue)
+    log = diagnose("Epoch 2/3\nTraceback (most recent call last):\nValueError: x\n", catalogue)
     result = classify_exit(log, None, signal.SIGSEGV)
     assert result.category == C.SEGFAULT_ABORT
-    assert result.evidence == [(2, "ValueError: x"), (0, "the job was killed by SIGSEGV")]
+    assert result.evidence == [(3, "ValueError: x"), (0, "the job was killed by SIGSEGV")]
 
 
 # --- the catalogue ----------------------------------------------------------------------------

@@ -146,8 +146,40 @@ def test_counters_are_read_from_the_usual_formats() -> None:
 
 def test_the_exception_line_decides() -> None:
     assert category(TRACEBACK + "torch.OutOfMemoryError: CUDA out of memory.\n") == C.OOM
-    unknown = diagnose(TRACEBACK + "KeyError: 'boxes'\n")
-    assert (unknown.category, unknown.signature, unknown.line) == (C.UNKNOWN, None, 3)
+    unknown = diagnose("Epoch 2/10\n" + TRACEBACK + "KeyError: 'boxes'\n")
+    assert (unknown.category, unknown.signature, unknown.line) == (C.UNKNOWN, None, 4)
+
+
+def test_an_unknown_exception_before_training_is_a_config_error() -> None:
+    early = diagnose(TRACEBACK + "KeyError: 'boxes'\n")
+    assert (early.category, early.signature, early.line) == (
+        C.CONFIG_ERROR,
+        "exception-before-training",
+        3,
+    )
+    # after a step counted in an epoch, the same exception is not the setup's fault
+    bar = "Epoch 1:  40%|####      | 4/10 [00:01<00:02, 3.1it/s]\n"
+    assert category(bar + TRACEBACK + "KeyError: 'b'\n") == C.UNKNOWN
+    # what comes and goes (the network, the GPU runtime, NaN values) is retried, not refused
+    for line in (
+        "requests.exceptions.ConnectionError: Max retries exceeded with url: /x",
+        "TimeoutError: timed out",
+        "RuntimeError: CUDA error: unknown error",
+        "ValueError: loss is nan",
+    ):
+        assert category(TRACEBACK + line + "\n") == C.UNKNOWN, line
+
+
+def test_an_exception_line_standing_alone_counts_as_a_cut_traceback() -> None:
+    assert category("loading data\nKeyError: 'boxes'\n") == C.CONFIG_ERROR
+    assert category("Epoch 3/10\nRuntimeError: something broke\n") == C.UNKNOWN
+    assert category("step 5\nFooException: x\n") == C.UNKNOWN
+    # a known exception-scope signature speaks on it too
+    assert category("Epoch 2/10\nSignalException: Process 17 got signal: 1\n") == C.KILLED
+    # lived through when progress advances after it; not a column-0 class name: not one
+    assert category("Epoch 2/10\nValueError: bad sample, skipped\nEpoch 3/10\n") == C.NONE
+    assert category("Epoch 2/10\nlogged: ValueError: bad sample\n") == C.NONE
+    assert category("Epoch 2/10\nERROR: no such thing\n") == C.NONE
 
 
 def test_a_traceback_followed_by_advancing_progress_was_lived_through() -> None:
@@ -192,7 +224,8 @@ def test_a_traceback_cut_at_its_top_counts_by_its_exception_line() -> None:
     headless = (
         '    x = f()\n  File "a.py", line 3, in f\n    raise ValueError("x")\nValueError: x\n'
     )
-    assert diagnose(headless).category == C.UNKNOWN
+    assert diagnose(headless).category == C.CONFIG_ERROR  # nothing trained before it
+    assert diagnose("Epoch 4/9\n" + headless).category == C.UNKNOWN
     known = (
         '  File "a.py", line 3, in f\n    y = x @ w\nRuntimeError: CUDA error: misaligned address\n'
     )
