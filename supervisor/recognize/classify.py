@@ -65,6 +65,7 @@ progress segment and the last epoch before the end of each piece (a backward sea
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +115,22 @@ class _Trace:
     notebook_class: str | None
     last_frame: tuple[int, str] | None = None
     hint: tuple[Signature, int, str] | None = None  # the deepest frame a signature knows
+    trained: bool = False  # a frame shows the job past training (saving, epoch-end hooks)
+    ignored: bool = False  # Python printed it as "Exception ignored in ...": not raised
+
+
+# Frames that only run once the job has trained: saving a checkpoint (torch.save included),
+# picking the best metric, epoch-end hooks. An unknown exception under them is not a
+# config error, even when the excerpt shows no progress.
+TRAINED_FRAME = re.compile(
+    r'[/\\]torch[/\\]serialization\.py", line \d+, in _?save\b'
+    r"|, in (?:_?save_checkpoint|_?save_model|save_pretrained|_save_(?:topk|last)_checkpoint"
+    r"|_determine_best_metric|_maybe_log_save_evaluate|(?:on_)?(?:validation|train|training)"
+    r"_epoch_end|on_epoch_end)\b"
+)
+
+
+IGNORED = b"Exception ignored in"
 
 
 class LiveClassifier(FailureLedger):
@@ -130,6 +147,7 @@ class LiveClassifier(FailureLedger):
         self._head: bytes | None = None  # the unterminated segment, when cut: head and tail
         self._tail = b""
         self._closed = False
+        self._before = b""  # the text before the line being read, in its region
 
     @property
     def lines(self) -> int:
@@ -257,6 +275,7 @@ class LiveClassifier(FailureLedger):
     def _line(self, region: bytes, pos: int, out: list[Finding]) -> int:
         """Classify the segments of the line at `pos`; return where the next line starts."""
         end = region.find(b"\n", pos)
+        self._before = region[max(0, pos - len(IGNORED) - 4096) : pos]  # the lines above
         piece = region[pos:end] if end >= 0 else region[pos:]
         for segment in piece.split(b"\r"):
             if segment:
@@ -283,6 +302,8 @@ class LiveClassifier(FailureLedger):
             self._trace = _Trace(
                 tb.chain, line, text_of(segment), self._seen_before(line), tb.notebook_class
             )
+            if head >= 0 and self._ignored_before():
+                self._trace.ignored = True
             self._stalled_before(line, out)
         if role == FRAME:
             if self._trace is not None and TB_HEADER not in body:
@@ -298,12 +319,21 @@ class LiveClassifier(FailureLedger):
         elif tb.state == IDLE and is_orphan_exception(body):
             self._exception(body, segment, None, out, None)  # its frames were not shown
 
+    def _ignored_before(self) -> bool:
+        """Whether the line above the traceback header says Python ignored the exception
+        (raised in __del__, a weakref callback or at exit: printed, never raised)."""
+        before = self._before.rstrip(b"\r\n")
+        last = before[before.rfind(b"\n") + 1 :]
+        return last.startswith(IGNORED)
+
     def _frame(self, body: bytes, segment: bytes, line: int) -> None:
         assert self._trace is not None
         if not body.strip():
             return
         self._trace.last_frame = (line, text_of(segment))
         text = body.decode("utf-8", "replace")
+        if TRAINED_FRAME.search(text):
+            self._trace.trained = True
         for sig in self._matcher.frame_sigs:
             if any(k in body for k in sig.keywords) and sig.regex.search(text):
                 self._trace.hint = (sig, line, text_of(segment))  # deeper frames replace it
@@ -319,6 +349,8 @@ class LiveClassifier(FailureLedger):
     ) -> None:
         """The exception line that ends a traceback (`chain`), or stands alone (None)."""
         trace, self._trace = self._trace, None
+        if trace is not None and trace.ignored:
+            return
         marks = trace.marks if trace else None
         signature = signature or self._matcher.match_exception(body)
         line = self._lines + 1
@@ -331,12 +363,13 @@ class LiveClassifier(FailureLedger):
         else:
             text = body.decode("utf-8", "replace")
             if is_failure_exception(text):
-                self._unknown_exception(text, line, text_of(segment), chain, marks)
+                trained = trace is not None and trace.trained
+                self._unknown_exception(text, line, text_of(segment), chain, marks, trained)
 
     def _end_trace(self, out: list[Finding]) -> None:
         """A traceback ended without its exception line: decide by what it showed."""
         trace, self._trace = self._trace, None
-        if trace is None:
+        if trace is None or trace.ignored:
             return
         named = trace.notebook_class
         signature = None

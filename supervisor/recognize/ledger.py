@@ -58,10 +58,12 @@ UNTRAINED = Signature(
     source="built in",
     survivable=True,
 )
+# A loss value printed with a counter ("Epoch: 1, train loss: 0.69"): a step was taken.
+TRAIN_LOSS = re.compile(rb"\b(?:[Tt]rain(?:ing)?[ _])?[Ll]oss\b\s*[:=]?\s*\d")
 TRANSIENT = re.compile(
     r"CUDA|HIP|[Cc]u(?:DNN|dnn|BLAS|blas)|CUDNN|CUBLAS|NCCL|[Tt]ime[ds]? ?out|[Cc]onnect"
     r"|HTTP|[Nn]etwork|[Tt]emporar|[Rr]esolve|\b(?:nan|NaN|inf|Inf)\b|infinite|finite"
-    r"|[Ii]nterrupt|[Ss]ignal|[Mm]emory|[Dd]evice-side"
+    r"|FloatingPoint|Input/output error|No space left|[Dd]isk quota|[Ii]nterrupt|[Ss]ignal|[Mm]emory|[Dd]evice-side"
 )
 
 
@@ -128,7 +130,7 @@ class FailureLedger:
         if not self._trained:
             prior = self._last_epoch[1].epoch if self._last_epoch else None
             grew = prior is not None and mark.epoch is not None and mark.epoch > prior
-            self._trained = mark.trains or grew
+            self._trained = mark.trains or grew or TRAIN_LOSS.search(segment) is not None
         if self._open:
             for hit in self._open:
                 assert hit.marks is not None
@@ -185,9 +187,11 @@ class FailureLedger:
         shown: str,
         chain: int | None,
         marks: tuple[Mark | None, Mark | None] | None,
+        trained: bool = False,
     ) -> None:
-        """An exception line no signature knows (see UNTRAINED for when it is a config error)."""
-        if not self._trained and not TRANSIENT.search(text):
+        """An exception line no signature knows (see UNTRAINED for when it is a config error);
+        `trained`: its traceback shows the job past training."""
+        if not (self._trained or trained) and not TRANSIENT.search(text):
             finding = Finding(UNTRAINED.id, C.CONFIG_ERROR, line, shown)
             hit = Hit(finding, UNTRAINED, UNTRAINED.priority, chain, True)
         else:
