@@ -15,6 +15,9 @@ HANG = "hang"
 CONFIG_ERROR = "config_error"
 KILLED = "killed"  # ended by a signal from outside (scheduler, Ctrl-C) that nothing else explains
 UNKNOWN = "unknown"
+# The signature of an exception no signature knows, raised before the job trained: a config
+# error by inference, so the policy gives it one more try before failing the job.
+INFERRED_CONFIG_ERROR = "exception-before-training"
 NONE = "none"
 
 CATEGORIES = (

@@ -154,7 +154,7 @@ def _final(outcome: Outcome, history: History, limits: Limits) -> Decision | Non
         return Decision(STOP, "stopped on request")
     if outcome.clean_exit and outcome.completed is not False:
         return Decision(SUCCEED, "the job finished (exit 0)")
-    if outcome.category == C.CONFIG_ERROR:
+    if outcome.category == C.CONFIG_ERROR and not _one_more_try(outcome, history):
         return Decision(FAIL, _config_reason(outcome))
     if history.failures >= limits.max_attempts:
         return Decision(FAIL, (
@@ -162,6 +162,13 @@ def _final(outcome: Outcome, history: History, limits: Limits) -> Decision | Non
             f"(restart.max_attempts={limits.max_attempts}); fix the cause and start it again"
         ))  # fmt: skip
     return None
+
+
+def _one_more_try(outcome: Outcome, history: History) -> bool:
+    """A config error inferred (an exception no signature knows, before training) gets one
+    restart: a flaky start (a lock, a file still being written) passes the second time,
+    and the same exception again fails the job."""
+    return outcome.signature == C.INFERRED_CONFIG_ERROR and history.same_category <= 1
 
 
 def _evidence(outcome: Outcome, history: History) -> dict[str, Any]:
@@ -208,6 +215,11 @@ def _remedy(outcome: Outcome, history: History, limits: Limits) -> Decision:
         return _climb(category, history, limits)
     if category == C.NCCL_DISTRIBUTED:
         return Decision(RESTART, "distributed failure: restarting the whole group")
+    if category == C.CONFIG_ERROR:  # inferred, first time (_one_more_try)
+        return Decision(RESTART, (
+            "an exception rsup does not know, before any training step: one more try; "
+            "the same again fails the job as a configuration error"
+        ))  # fmt: skip
     return Decision(RESTART, "restarting from the last checkpoint")
 
 

@@ -131,6 +131,7 @@ TRAINED_FRAME = re.compile(
 
 
 IGNORED = b"Exception ignored in"
+RETRYING = re.compile(rb"\b(?:[Rr]etry(?:ing)?|RETRY(?:ING)?)\b")
 
 
 class LiveClassifier(FailureLedger):
@@ -320,11 +321,12 @@ class LiveClassifier(FailureLedger):
             self._exception(body, segment, None, out, None)  # its frames were not shown
 
     def _ignored_before(self) -> bool:
-        """Whether the line above the traceback header says Python ignored the exception
-        (raised in __del__, a weakref callback or at exit: printed, never raised)."""
+        """Whether the line above the traceback header says the exception was only printed:
+        Python ignored it (raised in __del__, a weakref callback or at exit), or a logger
+        printed it while announcing a retry ("Retry attempt failed:")."""
         before = self._before.rstrip(b"\r\n")
         last = before[before.rfind(b"\n") + 1 :]
-        return last.startswith(IGNORED)
+        return last.startswith(IGNORED) or RETRYING.search(last) is not None
 
     def _frame(self, body: bytes, segment: bytes, line: int) -> None:
         assert self._trace is not None

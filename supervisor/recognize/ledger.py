@@ -41,7 +41,7 @@ STALLED = Signature(
 # is wrong, and the same run would raise it again. Not when it names what comes and goes
 # (the network, a timeout, the GPU runtime) or values gone NaN: those stay `unknown`.
 UNTRAINED = Signature(
-    id="exception-before-training",
+    id=C.INFERRED_CONFIG_ERROR,
     category=C.CONFIG_ERROR,
     pattern=r"^\w+(?:Error|Exception)",
     regex=re.compile(r"^\w+(?:Error|Exception)"),
@@ -63,7 +63,8 @@ TRAIN_LOSS = re.compile(rb"\b(?:[Tt]rain(?:ing)?[ _])?[Ll]oss\b\s*[:=]?\s*\d")
 TRANSIENT = re.compile(
     r"CUDA|HIP|[Cc]u(?:DNN|dnn|BLAS|blas)|CUDNN|CUBLAS|NCCL|[Tt]ime[ds]? ?out|[Cc]onnect"
     r"|HTTP|[Nn]etwork|[Tt]emporar|[Rr]esolve|\b(?:nan|NaN|inf|Inf)\b|infinite|finite"
-    r"|FloatingPoint|Input/output error|No space left|[Dd]isk quota|[Ii]nterrupt|[Ss]ignal|[Mm]emory|[Dd]evice-side"
+    r"|FloatingPoint|Input/output error|No space left|[Dd]isk quota|[Ii]nterrupt|[Ss]ignal"
+    r"|[Mm]emory|[Dd]evice-side"
 )
 
 

@@ -46,7 +46,8 @@ def main(argv: list[str]) -> int:
             if not (CORPUS / file).is_file():
                 print(f"{path}: skipped, no such log: {file}", file=sys.stderr)
                 continue
-            rows.append(dict(zip(FIELDS, (file, label, split_of(source), source, note))))
+            values = (file, label, split_of(source), source, note)
+            rows.append(dict(zip(FIELDS, values, strict=True)))
             files.add(file)
             urls.add(source)
             added += 1

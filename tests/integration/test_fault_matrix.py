@@ -233,7 +233,7 @@ CRASHES = {
     "segfault_abort": ("a real SIGSEGV (read of address 0)", "restart"),
     "hang": ("prints a line, then sleeps in silence (hang.timeout 2 s)", "restart"),
     "config_error": ("a real ModuleNotFoundError", "fail"),
-    "unknown": ("'ValueError: too many values to unpack', exit 1", "restart"),
+    "unknown": ("'ValueError: too many values to unpack' after step 12, exit 1", "restart"),
 }
 
 

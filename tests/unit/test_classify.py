@@ -198,7 +198,8 @@ def test_an_unknown_final_exception_leaves_the_known_one(catalogue: Catalogue) -
 
 
 def test_unknown_exception_is_unknown_with_its_line(catalogue: Catalogue) -> None:
-    text = "Epoch 2/10\nTraceback (most recent call last):\n  File \"x.py\", line 1\nKeyError: 'boxes'\n"
+    text = "Epoch 2/10\nTraceback (most recent call last):\n"
+    text += "  File \"x.py\", line 1\nKeyError: 'boxes'\n"
     diagnosis = diagnose(text, catalogue)
     assert (diagnosis.category, diagnosis.signature, diagnosis.line) == (C.UNKNOWN, None, 4)
 

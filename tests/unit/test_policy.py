@@ -140,6 +140,15 @@ def test_config_error_fails_at_once_with_the_evidence() -> None:
     assert decision.evidence["line"] == 4
 
 
+def test_an_inferred_config_error_gets_one_more_try_then_fails() -> None:
+    outcome = Outcome(1, None, C.CONFIG_ERROR, C.INFERRED_CONFIG_ERROR,
+                      ("RuntimeError: boom",), line=2)  # fmt: skip
+    once = decide(outcome, History(1, failures=1, stalled=1, same_category=1), LIMITS)
+    assert once.action == RESTART and "one more try" in once.reason
+    again = decide(outcome, History(2, failures=2, stalled=2, same_category=2), LIMITS)
+    assert again.action == FAIL and "RuntimeError: boom" in again.reason
+
+
 def test_unknown_restarts_until_max_attempts() -> None:
     run = Run(limits=Limits(max_attempts=4))
     decisions = run.crash(C.UNKNOWN, 4)

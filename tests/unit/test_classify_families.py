@@ -1,0 +1,126 @@
+"""What the classifier reads beyond single known messages: when an unknown exception is the
+job's setup (config_error) or not, tracebacks Python only printed, and lines that name a
+family of failure in words no specific signature knows.
+
+Hand-made inputs, one per rule: unit tests of the rules, not evidence of accuracy (the
+real-log corpus is, tests/corpus/INDEX.tsv).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from rsup.supervisor.recognize.classify import diagnose_text
+from rsup.supervisor.recognize.signatures import Catalogue, load_catalogue
+from rsup.workers import constants as C
+
+TRACEBACK = 'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n'
+SAVE_FRAMES = (
+    '  File "/venv/lib/python3.10/site-packages/torch/serialization.py", line 618, in save\n'
+    "    with _open_zipfile_writer(f) as opened_zipfile:\n"
+)
+
+
+@functools.cache
+def shipped() -> Catalogue:
+    return load_catalogue()
+
+
+def category(text: str) -> str:
+    return diagnose_text(text, catalogue=shipped()).category
+
+
+def test_frames_that_run_only_after_training_make_an_unknown_exception_unknown() -> None:
+    saving = TRACEBACK + SAVE_FRAMES + "TypeError: can't pickle _thread.lock objects\n"
+    assert category(saving) == C.UNKNOWN
+    best = TRACEBACK + '  File "t.py", line 3, in _determine_best_metric\n' + "KeyError: 'x'\n"
+    assert category(best) == C.UNKNOWN
+    hook = '  File "seg.py", line 292, in validation_epoch_end\nIndexError: index 4\n'
+    assert category(hook) == C.UNKNOWN
+    # the same exception under setup frames is the job's setup
+    setup = TRACEBACK + '  File "t.py", line 3, in build_model\n' + "KeyError: 'x'\n"
+    assert category(setup) == C.CONFIG_ERROR
+
+
+def test_a_printed_training_loss_means_the_job_trained() -> None:
+    trained = "INFO:root:Epoch: 1, learning rate: 0.0001, train loss: 0.6932\n"
+    assert category(trained + TRACEBACK + "IndexError: list index out of range\n") == C.UNKNOWN
+    # a validation loss alone is not a training step
+    untrained = "Epoch: 1, val_loss: 0.7\n"
+    assert category(untrained + TRACEBACK + "IndexError: list index\n") == C.CONFIG_ERROR
+
+
+def test_io_and_numeric_exceptions_are_not_config_errors() -> None:
+    for line in (
+        "RuntimeError: write(): fd 29 failed with Input/output error",
+        "FloatingPointError: Minimum loss.",
+        "OSError: [Errno 122] Disk quota exceeded",
+    ):
+        assert category(TRACEBACK + line + "\n") == C.UNKNOWN, line
+
+
+def test_an_exception_python_only_printed_is_not_a_failure() -> None:
+    ignored = (
+        "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f>\n"
+        + TRACEBACK
+        + "RuntimeError: DataLoader worker (pid(s) 4242) exited unexpectedly\n"
+    )
+    assert category("Epoch 3/10\n" + ignored) == C.NONE
+    retried = "2020-08-04 16:35:53,246 ERROR MainThread [retry.py] Retry attempt failed:\n"
+    assert category(retried + TRACEBACK + "ConnectionResetError: [Errno 104] reset\n") == C.NONE
+    # the same traceback raised is one
+    assert category("Epoch 3/10\n" + TRACEBACK + ignored.split("\n", 1)[1]) == (
+        C.DATALOADER_WORKER
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("RuntimeError: CUDA error: operation not supported on this device", C.GPU_MEMORY_FAULT),
+        ("RuntimeError: HIP error: hipErrorLaunchOutOfResources", C.GPU_MEMORY_FAULT),
+        ("RuntimeError: Error: out of memory while building the graph", C.OOM),
+        ("tensorflow ... OOM error while running the step", C.OOM),
+        ("RuntimeError: NCCL communicator hit an error on rank 3", C.NCCL_DISTRIBUTED),
+        ("torch.distributed.DistError: store wait failed", C.NCCL_DISTRIBUTED),
+        ("[E ProcessGroupNCCL.cpp:1316] [PG 5 Rank 0] Heartbeat monitor timed out!", (
+            C.NCCL_DISTRIBUTED
+        )),
+        ("h:1:2 [1] misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer", (
+            C.NCCL_DISTRIBUTED
+        )),
+        ("  exitcode  : -11 (pid: 4242)", C.SEGFAULT_ABORT),
+        ("*** SIGSEGV received at time=1700000000 on cpu 3 ***", C.SEGFAULT_ABORT),
+        ("  exitcode  : -9 (pid: 4242)", C.HOST_OOM),
+        ("worker 3 was stopped with SIGKILL", C.HOST_OOM),
+        ("  exitcode  : -15 (pid: 4242)", C.KILLED),
+        ("[rank: 3] Received SIGTERM: 15", C.KILLED),
+        ("slurmstepd: error: *** STEP 42.0 CANCELLED AT 2024-01-01T00:00:00 DUE TO PREEMPTION", (
+            C.KILLED
+        )),
+    ],
+)
+def test_a_line_naming_a_family_decides_when_nothing_specific_does(
+    line: str, expected: str
+) -> None:
+    assert category("Epoch 2/10\n" + line + "\n") == expected
+
+
+def test_family_lines_rank_below_specific_causes() -> None:
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    assert category(oom + "  exitcode  : -6 (pid: 1)\n") == C.OOM
+    assert category(oom + "RuntimeError: CUDA error: something new\n") == C.OOM
+    illegal = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    assert category("[E ProcessGroupNCCL.cpp:1484] watchdog: " + illegal) == C.GPU_MEMORY_FAULT
+
+
+def test_harmless_lines_that_name_a_family() -> None:
+    for line in (
+        "h:1:1 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]",
+        "Setting SIGTERM handler for graceful shutdown",
+        "[W socket.cpp:601] [c10d] The client socket has failed to connect to [::1]:29500",
+        "UserWarning: CUDA error: the initialisation was retried",
+    ):
+        assert category("Epoch 2/10\n" + line + "\nEpoch 3/10\n") == C.NONE, line
+        assert category(line + "\n") == C.NONE, line
