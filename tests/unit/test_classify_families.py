@@ -70,9 +70,7 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
     retried = "2020-08-04 16:35:53,246 ERROR MainThread [retry.py] Retry attempt failed:\n"
     assert category(retried + TRACEBACK + "ConnectionResetError: [Errno 104] reset\n") == C.NONE
     # the same traceback raised is one
-    assert category("Epoch 3/10\n" + TRACEBACK + ignored.split("\n", 1)[1]) == (
-        C.DATALOADER_WORKER
-    )
+    assert category("Epoch 3/10\n" + TRACEBACK + ignored.split("\n", 1)[1]) == (C.DATALOADER_WORKER)
 
 
 @pytest.mark.parametrize(
@@ -84,21 +82,24 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
         ("tensorflow ... OOM error while running the step", C.OOM),
         ("RuntimeError: NCCL communicator hit an error on rank 3", C.NCCL_DISTRIBUTED),
         ("torch.distributed.DistError: store wait failed", C.NCCL_DISTRIBUTED),
-        ("[E ProcessGroupNCCL.cpp:1316] [PG 5 Rank 0] Heartbeat monitor timed out!", (
-            C.NCCL_DISTRIBUTED
-        )),
-        ("h:1:2 [1] misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer", (
-            C.NCCL_DISTRIBUTED
-        )),
+        (
+            "[E ProcessGroupNCCL.cpp:1316] [PG 5 Rank 0] Heartbeat monitor timed out!",
+            (C.NCCL_DISTRIBUTED),
+        ),
+        (
+            "h:1:2 [1] misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer",
+            (C.NCCL_DISTRIBUTED),
+        ),
         ("  exitcode  : -11 (pid: 4242)", C.SEGFAULT_ABORT),
         ("*** SIGSEGV received at time=1700000000 on cpu 3 ***", C.SEGFAULT_ABORT),
         ("  exitcode  : -9 (pid: 4242)", C.HOST_OOM),
         ("worker 3 was stopped with SIGKILL", C.HOST_OOM),
         ("  exitcode  : -15 (pid: 4242)", C.KILLED),
         ("[rank: 3] Received SIGTERM: 15", C.KILLED),
-        ("slurmstepd: error: *** STEP 42.0 CANCELLED AT 2024-01-01T00:00:00 DUE TO PREEMPTION", (
-            C.KILLED
-        )),
+        (
+            "slurmstepd: error: *** STEP 42.0 CANCELLED AT 2024-01-01T00:00:00 DUE TO PREEMPTION",
+            (C.KILLED),
+        ),
     ],
 )
 def test_a_line_naming_a_family_decides_when_nothing_specific_does(
