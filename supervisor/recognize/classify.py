@@ -26,6 +26,13 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   `config_error` (signature `exception-before-training`): the same code on the same setup
   raises it again. Not when it names what comes and goes (the network, a timeout, the GPU
   runtime, memory, a signal) or NaN values: those stay `unknown` and are retried.
+- In a job of several processes (torchrun's rank prefixes, frames of torch.distributed,
+  DeepSpeed or Horovod), an unknown exception about a lost connection (reset, refused,
+  broken pipe, a socket timeout) is `nccl_distributed`.
+- A traceback Python only printed ("Exception ignored in ...") or a logger printed while
+  announcing a retry is not a failure. Frames that run only after training (torch.save,
+  save_checkpoint, picking the best metric, epoch-end hooks) and a printed training loss
+  count as training done.
 - An exception line standing alone at column 0 (`KeyError: 'boxes'`, a dotted or CamelCase
   name ending in Error or Exception, outside any traceback) is the exception line of a
   traceback whose frames were not printed or not copied, and counts as one.
@@ -122,6 +129,8 @@ class _Trace:
 # Frames that only run once the job has trained: saving a checkpoint (torch.save included),
 # picking the best metric, epoch-end hooks. An unknown exception under them is not a
 # config error, even when the excerpt shows no progress.
+# Frames of the distributed layer: the job runs several processes that talk to each other.
+DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod)[/\\]")
 TRAINED_FRAME = re.compile(
     r'[/\\]torch[/\\]serialization\.py", line \d+, in _?save\b'
     r"|, in (?:_?save_checkpoint|_?save_model|save_pretrained|_save_(?:topk|last)_checkpoint"
@@ -290,6 +299,8 @@ class LiveClassifier(FailureLedger):
         segment = cut(segment)
         prefix = RANK_PREFIX.match(segment) if segment[:1] == b"[" else None
         body = segment[prefix.end() :] if prefix else segment
+        if prefix:
+            self._distributed = True  # torchrun's rank prefixes
         tb = self._tb
         role = tb.step(body)
         line = self._lines + 1
@@ -336,6 +347,8 @@ class LiveClassifier(FailureLedger):
         text = body.decode("utf-8", "replace")
         if TRAINED_FRAME.search(text):
             self._trace.trained = True
+        if DISTRIBUTED_FRAME.search(text):
+            self._distributed = True
         for sig in self._matcher.frame_sigs:
             if any(k in body for k in sig.keywords) and sig.regex.search(text):
                 self._trace.hint = (sig, line, text_of(segment))  # deeper frames replace it

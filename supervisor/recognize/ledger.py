@@ -58,6 +58,30 @@ UNTRAINED = Signature(
     source="built in",
     survivable=True,
 )
+# A connection lost, in a job that runs several processes (rank prefixes, distributed frames).
+NET_FAILURE = re.compile(
+    r"[Cc]onnection ?(?:[Rr]eset|[Rr]efused|[Cc]losed|[Aa]borted|[Ee]rror)|[Bb]roken ?[Pp]ipe"
+    r"|[Ss]ocket|[Tt]imed? ?out|[Tt]imeout|[Pp]eer"
+)
+LINK_LOST = Signature(
+    id="distributed-link-lost",
+    category=C.NCCL_DISTRIBUTED,
+    pattern=NET_FAILURE.pattern,
+    regex=NET_FAILURE,
+    meaning=(
+        "A process of a distributed job lost its connection to another (reset, refused, "
+        "timed out): one rank died or the network between them failed."
+    ),
+    action="Stop and restart the whole process group from the last checkpoint.",
+    fatal=True,
+    priority=CATEGORY_PRIORITY[C.NCCL_DISTRIBUTED] - 2,
+    remedy="Find the rank that failed first (its own error comes before this one); check the "
+    "network between the nodes, MASTER_ADDR and MASTER_PORT.",
+    keywords=(),
+    ignore_case=False,
+    source="built in",
+    survivable=True,
+)
 # A loss value printed with a counter ("Epoch: 1, train loss: 0.69"): a step was taken.
 TRAIN_LOSS = re.compile(rb"\b(?:[Tt]rain(?:ing)?[ _])?[Ll]oss\b\s*[:=]?\s*\d")
 TRANSIENT = re.compile(
@@ -91,6 +115,7 @@ class FailureLedger:
         self._last: tuple[int, Mark, bytes] | None = None  # the last progress segment
         self._last_epoch: tuple[int, Mark, bytes] | None = None  # the last showing an epoch
         self._stall_told = 0  # line of the stalled bar last reported
+        self._distributed = False  # rank prefixes or distributed frames were seen
 
     def note_progress(self) -> None:
         """The job made progress (a heartbeat): survivable failures so far were lived through,
@@ -192,7 +217,10 @@ class FailureLedger:
     ) -> None:
         """An exception line no signature knows (see UNTRAINED for when it is a config error);
         `trained`: its traceback shows the job past training."""
-        if not (self._trained or trained) and not TRANSIENT.search(text):
+        if self._distributed and NET_FAILURE.search(text):
+            finding = Finding(LINK_LOST.id, C.NCCL_DISTRIBUTED, line, shown)
+            hit = Hit(finding, LINK_LOST, LINK_LOST.priority, chain, True)
+        elif not (self._trained or trained) and not TRANSIENT.search(text):
             finding = Finding(UNTRAINED.id, C.CONFIG_ERROR, line, shown)
             hit = Hit(finding, UNTRAINED, UNTRAINED.priority, chain, True)
         else:

@@ -131,3 +131,13 @@ def test_harmless_lines_that_name_a_family() -> None:
     ):
         assert category("Epoch 2/10\n" + line + "\nEpoch 3/10\n") == C.NONE, line
         assert category(line + "\n") == C.NONE, line
+
+
+def test_a_lost_connection_in_a_distributed_job_is_a_distributed_failure() -> None:
+    frame = '  File "/venv/lib/python3.10/site-packages/torch/distributed/rendezvous.py", line 3\n'
+    reset = "ConnectionResetError: [Errno 104] Connection reset by peer\n"
+    assert category("Epoch 2/10\n" + TRACEBACK + frame + reset) == C.NCCL_DISTRIBUTED
+    ranked = "[rank1]: " + TRACEBACK.replace("\n  ", "\n[rank1]:   ")
+    assert category("Epoch 2/10\n" + ranked + "[rank1]: " + reset) == C.NCCL_DISTRIBUTED
+    # in a job of one process it is the network of something else: unknown
+    assert category("Epoch 2/10\n" + TRACEBACK + reset) == C.UNKNOWN
