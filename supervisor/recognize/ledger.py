@@ -87,7 +87,8 @@ TRAIN_LOSS = re.compile(rb"\b(?:[Tt]rain(?:ing)?[ _])?[Ll]oss\b\s*[:=]?\s*\d")
 TRANSIENT = re.compile(
     r"CUDA|HIP|[Cc]u(?:DNN|dnn|BLAS|blas)|CUDNN|CUBLAS|NCCL|[Tt]ime[ds]? ?out|[Cc]onnect"
     r"|HTTP|[Nn]etwork|[Tt]emporar|[Rr]esolve|\b(?:nan|NaN|inf|Inf)\b|infinite|finite"
-    r"|FloatingPoint|Input/output error|No space left|[Dd]isk quota|[Ii]nterrupt|[Ss]ignal"
+    r"|FloatingPoint|[Ll]oss scale|Input/output error|No space left|[Dd]isk quota|[Ii]nterrupt"
+    r"|[Ss]ignal"
     r"|[Mm]emory|[Dd]evice-side"
 )
 
