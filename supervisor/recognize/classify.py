@@ -72,17 +72,15 @@ progress segment and the last epoch before the end of each piece (a backward sea
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from rsup.supervisor.recognize import advance
-from rsup.supervisor.recognize.advance import Mark
 from rsup.supervisor.recognize.catalogue import CATEGORY_PRIORITY, Catalogue, Signature
 from rsup.supervisor.recognize.diagnosis import Diagnosis as Diagnosis
 from rsup.supervisor.recognize.diagnosis import Finding as Finding
 from rsup.supervisor.recognize.exitcodes import classify_exit as classify_exit
+from rsup.supervisor.recognize.inferred import DISTRIBUTED_FRAME, TRAINED_FRAME, Trace, printed_only
 from rsup.supervisor.recognize.ledger import WINDOW, FailureLedger, Hit
 from rsup.supervisor.recognize.matcher import Matcher
 from rsup.supervisor.recognize.prescan import (
@@ -111,38 +109,6 @@ from rsup.supervisor.recognize.tracebacks import (
 from rsup.workers import constants as C
 
 
-@dataclass
-class _Trace:
-    """What one traceback has shown so far, to decide by when its exception line is missing."""
-
-    chain: int
-    line: int
-    text: str
-    marks: tuple[Mark | None, Mark | None]
-    notebook_class: str | None
-    last_frame: tuple[int, str] | None = None
-    hint: tuple[Signature, int, str] | None = None  # the deepest frame a signature knows
-    trained: bool = False  # a frame shows the job past training (saving, epoch-end hooks)
-    ignored: bool = False  # Python printed it as "Exception ignored in ...": not raised
-
-
-# Frames that only run once the job has trained: saving a checkpoint (torch.save included),
-# picking the best metric, epoch-end hooks. An unknown exception under them is not a
-# config error, even when the excerpt shows no progress.
-# Frames of the distributed layer: the job runs several processes that talk to each other.
-DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod)[/\\]")
-TRAINED_FRAME = re.compile(
-    r'[/\\]torch[/\\]serialization\.py", line \d+, in _?save\b'
-    r"|, in (?:_?save_checkpoint|_?save_model|save_pretrained|_save_(?:topk|last)_checkpoint"
-    r"|_determine_best_metric|_maybe_log_save_evaluate|(?:on_)?(?:validation|train|training)"
-    r"_epoch_end|on_epoch_end)\b"
-)
-
-
-IGNORED = b"Exception ignored in"
-RETRYING = re.compile(rb"\b(?:[Rr]etry(?:ing)?|RETRY(?:ING)?)\b")
-
-
 class LiveClassifier(FailureLedger):
     """Classifies a job's output fed in chunks of any size, as the file grows."""
 
@@ -151,7 +117,7 @@ class LiveClassifier(FailureLedger):
         cat = catalogue or default_catalogue()
         self._matcher = Matcher(cat, (TB_HEADER, *CHAIN_MARKERS, *FRAME_WORDS, *ORPHAN_WORDS))
         self._tb = Tracebacks()
-        self._trace: _Trace | None = None
+        self._trace: Trace | None = None
         self._lines = 0  # "\n" seen so far
         self._pending = b""  # the unterminated segment, when short
         self._head: bytes | None = None  # the unterminated segment, when cut: head and tail
@@ -285,7 +251,7 @@ class LiveClassifier(FailureLedger):
     def _line(self, region: bytes, pos: int, out: list[Finding]) -> int:
         """Classify the segments of the line at `pos`; return where the next line starts."""
         end = region.find(b"\n", pos)
-        self._before = region[max(0, pos - len(IGNORED) - 4096) : pos]  # the lines above
+        self._before = region[max(0, pos - 4096) : pos]  # the lines above
         piece = region[pos:end] if end >= 0 else region[pos:]
         for segment in piece.split(b"\r"):
             if segment:
@@ -311,10 +277,10 @@ class LiveClassifier(FailureLedger):
             if head > 0 and advance.CANDIDATE.search(body, 0, head):
                 # a bar drawn just before the traceback, on its line, was seen before it
                 self._progress(body[:head], line)
-            self._trace = _Trace(
+            self._trace = Trace(
                 tb.chain, line, text_of(segment), self._seen_before(line), tb.notebook_class
             )
-            if head >= 0 and self._ignored_before():
+            if head >= 0 and printed_only(self._before):
                 self._trace.ignored = True
             self._stalled_before(line, out)
         if role == FRAME:
@@ -330,14 +296,6 @@ class LiveClassifier(FailureLedger):
             self._add(signature, line, text_of(segment), None, out)
         elif tb.state == IDLE and is_orphan_exception(body):
             self._exception(body, segment, None, out, None)  # its frames were not shown
-
-    def _ignored_before(self) -> bool:
-        """Whether the line above the traceback header says the exception was only printed:
-        Python ignored it (raised in __del__, a weakref callback or at exit), or a logger
-        printed it while announcing a retry ("Retry attempt failed:")."""
-        before = self._before.rstrip(b"\r\n")
-        last = before[before.rfind(b"\n") + 1 :]
-        return last.startswith(IGNORED) or RETRYING.search(last) is not None
 
     def _frame(self, body: bytes, segment: bytes, line: int) -> None:
         assert self._trace is not None
@@ -403,7 +361,7 @@ class LiveClassifier(FailureLedger):
             hit = Hit(finding, None, CATEGORY_PRIORITY[C.UNKNOWN], trace.chain, True)
             self._store(hit, trace.marks)
 
-    def _add_hint(self, trace: _Trace, out: list[Finding]) -> None:
+    def _add_hint(self, trace: Trace, out: list[Finding]) -> None:
         if trace.hint is not None:
             sig, line, text = trace.hint
             self._add(sig, line, text, None, out, trace.marks)

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 from rsup.supervisor.recognize import advance
 from rsup.supervisor.recognize.advance import Mark, Marks
 from rsup.supervisor.recognize.catalogue import CATEGORY_PRIORITY, Signature
 from rsup.supervisor.recognize.diagnosis import Diagnosis, Finding
+from rsup.supervisor.recognize.inferred import (
+    LINK_LOST,
+    NET_FAILURE,
+    STALLED,
+    TRAIN_LOSS,
+    TRANSIENT,
+    UNTRAINED,
+)
 from rsup.supervisor.recognize.segments import text_of
 from rsup.workers import constants as C
 
@@ -18,79 +25,6 @@ WINDOW = 200  # lines before a failure in which the progress it must advance pas
 
 UNKNOWN_MEANING = "The job raised a Python exception that no signature recognises."
 UNKNOWN_ACTION = "Restart with backoff until max_attempts."
-# A hang seen in the counters, not in a line (advance.STALL_S).
-STALLED = Signature(
-    id="stalled-progress",
-    category=C.HANG,
-    pattern=r"s/it",
-    regex=re.compile(r"s/it"),
-    meaning=(
-        f"The progress bar before the job was stopped reported over {advance.STALL_S:.0f} "
-        "seconds per iteration: the job had all but stopped."
-    ),
-    action="Restart from the last checkpoint.",
-    fatal=True,
-    priority=CATEGORY_PRIORITY[C.HANG],
-    remedy="Look for a stuck DataLoader worker, a hung collective, or a full disk.",
-    keywords=(),
-    ignore_case=False,
-    source="built in",
-    survivable=True,
-)
-# An exception no signature knows, raised before the job trained: its code, data or setup
-# is wrong, and the same run would raise it again. Not when it names what comes and goes
-# (the network, a timeout, the GPU runtime) or values gone NaN: those stay `unknown`.
-UNTRAINED = Signature(
-    id=C.INFERRED_CONFIG_ERROR,
-    category=C.CONFIG_ERROR,
-    pattern=r"^\w+(?:Error|Exception)",
-    regex=re.compile(r"^\w+(?:Error|Exception)"),
-    meaning=(
-        "The job raised an exception that no signature knows before it trained a single "
-        "step: its code, data or setup is wrong, and running it again raises it again."
-    ),
-    action="Fail at once (no crash loop) with the evidence.",
-    fatal=True,
-    priority=CATEGORY_PRIORITY[C.CONFIG_ERROR],
-    remedy="Read the exception, fix the job, and start it again.",
-    keywords=(),
-    ignore_case=False,
-    source="built in",
-    survivable=True,
-)
-# A connection lost, in a job that runs several processes (rank prefixes, distributed frames).
-NET_FAILURE = re.compile(
-    r"[Cc]onnection ?(?:[Rr]eset|[Rr]efused|[Cc]losed|[Aa]borted|[Ee]rror)|[Bb]roken ?[Pp]ipe"
-    r"|[Ss]ocket|[Tt]imed? ?out|[Tt]imeout|[Pp]eer"
-)
-LINK_LOST = Signature(
-    id="distributed-link-lost",
-    category=C.NCCL_DISTRIBUTED,
-    pattern=NET_FAILURE.pattern,
-    regex=NET_FAILURE,
-    meaning=(
-        "A process of a distributed job lost its connection to another (reset, refused, "
-        "timed out): one rank died or the network between them failed."
-    ),
-    action="Stop and restart the whole process group from the last checkpoint.",
-    fatal=True,
-    priority=CATEGORY_PRIORITY[C.NCCL_DISTRIBUTED] - 2,
-    remedy="Find the rank that failed first (its own error comes before this one); check the "
-    "network between the nodes, MASTER_ADDR and MASTER_PORT.",
-    keywords=(),
-    ignore_case=False,
-    source="built in",
-    survivable=True,
-)
-# A loss value printed with a counter ("Epoch: 1, train loss: 0.69"): a step was taken.
-TRAIN_LOSS = re.compile(rb"\b(?:[Tt]rain(?:ing)?[ _])?[Ll]oss\b\s*[:=]?\s*\d")
-TRANSIENT = re.compile(
-    r"CUDA|HIP|[Cc]u(?:DNN|dnn|BLAS|blas)|CUDNN|CUBLAS|NCCL|[Tt]ime[ds]? ?out|[Cc]onnect"
-    r"|HTTP|[Nn]etwork|[Tt]emporar|[Rr]esolve|\b(?:nan|NaN|inf|Inf)\b|infinite|finite"
-    r"|FloatingPoint|[Ll]oss scale|Input/output error|No space left|[Dd]isk quota|[Ii]nterrupt"
-    r"|[Ss]ignal"
-    r"|[Mm]emory|[Dd]evice-side"
-)
 
 
 @dataclass

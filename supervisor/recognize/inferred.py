@@ -1,0 +1,125 @@
+"""Built-in signatures: causes inferred from what a log shows around a line, not a line alone.
+
+The catalogue (config/signatures.yaml) matches lines; these are what the classifier
+concludes from counters, the training state and the kind of job: a bar that all but
+stopped, an unknown exception before any training step, a lost connection between ranks.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from rsup.supervisor.recognize import advance
+from rsup.supervisor.recognize.advance import Mark
+from rsup.supervisor.recognize.catalogue import CATEGORY_PRIORITY, Signature
+from rsup.workers import constants as C
+
+
+def _built_in(
+    id: str, category: str, regex: re.Pattern[str], meaning: str, action: str, remedy: str,
+    priority: int | None = None,
+) -> Signature:  # fmt: skip
+    return Signature(
+        id=id,
+        category=category,
+        pattern=regex.pattern,
+        regex=regex,
+        meaning=meaning,
+        action=action,
+        fatal=True,
+        priority=CATEGORY_PRIORITY[category] if priority is None else priority,
+        remedy=remedy,
+        keywords=(),
+        ignore_case=False,
+        source="built in",
+        survivable=True,
+    )
+
+
+# A hang seen in the counters, not in a line (advance.STALL_S).
+STALLED = _built_in(
+    "stalled-progress",
+    C.HANG,
+    re.compile(r"s/it"),
+    f"The progress bar before the job was stopped reported over {advance.STALL_S:.0f} "
+    "seconds per iteration: the job had all but stopped.",
+    "Restart from the last checkpoint.",
+    "Look for a stuck DataLoader worker, a hung collective, or a full disk.",
+)
+# An exception no signature knows, raised before the job trained: its code, data or setup
+# is wrong, and the same run would raise it again. Not when it names what comes and goes
+# (TRANSIENT: the network, a timeout, the GPU runtime, memory) or values gone NaN.
+UNTRAINED = _built_in(
+    C.INFERRED_CONFIG_ERROR,
+    C.CONFIG_ERROR,
+    re.compile(r"^\w+(?:Error|Exception)"),
+    "The job raised an exception that no signature knows before it trained a single step: "
+    "its code, data or setup is wrong, and running it again raises it again.",
+    "One more try; the same exception again fails the job (no crash loop).",
+    "Read the exception, fix the job, and start it again.",
+)
+TRANSIENT = re.compile(
+    r"CUDA|HIP|[Cc]u(?:DNN|dnn|BLAS|blas)|CUDNN|CUBLAS|NCCL|[Tt]ime[ds]? ?out|[Cc]onnect"
+    r"|HTTP|[Nn]etwork|[Tt]emporar|[Rr]esolve|\b(?:nan|NaN|inf|Inf)\b|infinite|finite"
+    r"|FloatingPoint|[Ll]oss scale|Input/output error|No space left|[Dd]isk quota|[Ii]nterrupt"
+    r"|[Ss]ignal|[Mm]emory|[Dd]evice-side"
+)
+# A loss value printed with a counter ("Epoch: 1, train loss: 0.69"): a step was taken.
+TRAIN_LOSS = re.compile(rb"\b(?:[Tt]rain(?:ing)?[ _])?[Ll]oss\b\s*[:=]?\s*\d")
+# A connection lost, in a job that runs several processes (rank prefixes, distributed frames).
+NET_FAILURE = re.compile(
+    r"[Cc]onnection ?(?:[Rr]eset|[Rr]efused|[Cc]losed|[Aa]borted|[Ee]rror)|[Bb]roken ?[Pp]ipe"
+    r"|[Ss]ocket|[Tt]imed? ?out|[Tt]imeout|[Pp]eer"
+)
+LINK_LOST = _built_in(
+    "distributed-link-lost",
+    C.NCCL_DISTRIBUTED,
+    NET_FAILURE,
+    "A process of a distributed job lost its connection to another (reset, refused, timed "
+    "out): one rank died or the network between them failed.",
+    "Stop and restart the whole process group from the last checkpoint.",
+    "Find the rank that failed first (its own error comes before this one); check the "
+    "network between the nodes, MASTER_ADDR and MASTER_PORT.",
+    priority=CATEGORY_PRIORITY[C.NCCL_DISTRIBUTED] - 2,
+)
+
+# What frames and the lines around a traceback tell (classify.py reads them).
+# Frames of the distributed layer: the job runs several processes that talk to each other.
+DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod)[/\\]")
+# Frames that only run once the job has trained: saving a checkpoint (torch.save included),
+# picking the best metric, epoch-end hooks. An unknown exception under them is not a
+# config error, even when the excerpt shows no progress.
+TRAINED_FRAME = re.compile(
+    r'[/\\]torch[/\\]serialization\.py", line \d+, in _?save\b'
+    r"|, in (?:_?save_checkpoint|_?save_model|save_pretrained|_save_(?:topk|last)_checkpoint"
+    r"|_determine_best_metric|_maybe_log_save_evaluate|(?:on_)?(?:validation|train|training)"
+    r"_epoch_end|on_epoch_end)\b"
+)
+# Lines above a traceback that say it was only printed, not raised.
+IGNORED = b"Exception ignored in"
+RETRYING = re.compile(rb"\b(?:[Rr]etry(?:ing)?|RETRY(?:ING)?)\b")
+
+
+def printed_only(before: bytes) -> bool:
+    """Whether the line above a traceback header (the end of `before`) says the exception
+    was only printed: Python ignored it (raised in __del__, a weakref callback or at exit),
+    or a logger printed it while announcing a retry ("Retry attempt failed:")."""
+    before = before.rstrip(b"\r\n")
+    last = before[before.rfind(b"\n") + 1 :]
+    return last.startswith(IGNORED) or RETRYING.search(last) is not None
+
+
+@dataclass
+class Trace:
+    """What one traceback has shown so far, to decide by when its exception line is missing."""
+
+    chain: int
+    line: int
+    text: str
+    marks: tuple[Mark | None, Mark | None]
+    notebook_class: str | None
+    last_frame: tuple[int, str] | None = None
+    hint: tuple[Signature, int, str] | None = None  # the deepest frame a signature knows
+    trained: bool = False  # a frame shows the job past training (saving, epoch-end hooks)
+    ignored: bool = False  # Python printed it as "Exception ignored in ...": not raised
