@@ -76,12 +76,18 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rsup.supervisor.recognize import advance
-from rsup.supervisor.recognize.catalogue import CATEGORY_PRIORITY, Catalogue, Signature
+from rsup.supervisor.recognize.catalogue import Catalogue, Signature
 from rsup.supervisor.recognize.diagnosis import Diagnosis as Diagnosis
 from rsup.supervisor.recognize.diagnosis import Finding as Finding
 from rsup.supervisor.recognize.exitcodes import classify_exit as classify_exit
-from rsup.supervisor.recognize.inferred import DISTRIBUTED_FRAME, TRAINED_FRAME, Trace, printed_only
-from rsup.supervisor.recognize.ledger import WINDOW, FailureLedger, Hit
+from rsup.supervisor.recognize.inferred import (
+    CUDA_INIT_WARNING,
+    DISTRIBUTED_FRAME,
+    TRAINED_FRAME,
+    Trace,
+    printed_only,
+)
+from rsup.supervisor.recognize.ledger import WINDOW, FailureLedger
 from rsup.supervisor.recognize.matcher import Matcher
 from rsup.supervisor.recognize.prescan import (
     BACK_WORDS,
@@ -115,7 +121,8 @@ class LiveClassifier(FailureLedger):
     def __init__(self, catalogue: Catalogue | None = None, *, progress_seen: bool = False):
         super().__init__(progress_seen=progress_seen)
         cat = catalogue or default_catalogue()
-        self._matcher = Matcher(cat, (TB_HEADER, *CHAIN_MARKERS, *FRAME_WORDS, *ORPHAN_WORDS))
+        words = (TB_HEADER, *CHAIN_MARKERS, *FRAME_WORDS, *ORPHAN_WORDS, CUDA_INIT_WARNING)
+        self._matcher = Matcher(cat, words)
         self._tb = Tracebacks()
         self._trace: Trace | None = None
         self._lines = 0  # "\n" seen so far
@@ -263,7 +270,7 @@ class LiveClassifier(FailureLedger):
 
     def _segment(self, segment: bytes, out: list[Finding]) -> None:
         segment = cut(segment)
-        prefix = RANK_PREFIX.match(segment) if segment[:1] == b"[" else None
+        prefix = RANK_PREFIX.match(segment) if segment[:1] in b"[(" else None
         body = segment[prefix.end() :] if prefix else segment
         if prefix:
             self._distributed = True  # torchrun's rank prefixes
@@ -296,6 +303,8 @@ class LiveClassifier(FailureLedger):
             self._add(signature, line, text_of(segment), None, out)
         elif tb.state == IDLE and is_orphan_exception(body):
             self._exception(body, segment, None, out, None)  # its frames were not shown
+        elif CUDA_INIT_WARNING in body:
+            self._gpu_init_warned = True
 
     def _frame(self, body: bytes, segment: bytes, line: int) -> None:
         assert self._trace is not None
@@ -357,9 +366,7 @@ class LiveClassifier(FailureLedger):
             self._add_hint(trace, out)
         else:
             line, text = trace.last_frame or (trace.line, trace.text)
-            finding = Finding("", C.UNKNOWN, line, text)
-            hit = Hit(finding, None, CATEGORY_PRIORITY[C.UNKNOWN], trace.chain, True)
-            self._store(hit, trace.marks)
+            self._cut_unknown(line, text, trace.chain, trace.marks)
 
     def _add_hint(self, trace: Trace, out: list[Finding]) -> None:
         if trace.hint is not None:

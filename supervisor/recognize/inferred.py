@@ -84,6 +84,20 @@ LINK_LOST = _built_in(
     priority=CATEGORY_PRIORITY[C.NCCL_DISTRIBUTED] - 2,
 )
 
+# torch's warning that the GPU runtime failed to start ("UserWarning: CUDA initialization:
+# Found no NVIDIA driver ..."). Harmless alone (a job may go on on the CPU); a job that
+# then dies of an exception no signature knows most likely died of it.
+CUDA_INIT_WARNING = b"CUDA initialization: "
+GPU_NOT_STARTED = _built_in(
+    "gpu-runtime-did-not-start",
+    C.HIP_RUNTIME_INIT,
+    re.compile(r"CUDA initialization: "),
+    "torch warned that the GPU runtime failed to start, and the job then died of an "
+    "exception rsup does not know: most likely of the GPU it could not use.",
+    "Probe the GPU again after a backoff; if it stays broken, fall back to the CPU.",
+    "Read the reason in the warning (driver too old, driver/library mismatch, no device).",
+)
+
 # What frames and the lines around a traceback tell (classify.py reads them).
 # Frames of the distributed layer: the job runs several processes that talk to each other.
 DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod)[/\\]")

@@ -9,6 +9,7 @@ from rsup.supervisor.recognize.advance import Mark, Marks
 from rsup.supervisor.recognize.catalogue import CATEGORY_PRIORITY, Signature
 from rsup.supervisor.recognize.diagnosis import Diagnosis, Finding
 from rsup.supervisor.recognize.inferred import (
+    GPU_NOT_STARTED,
     LINK_LOST,
     NET_FAILURE,
     STALLED,
@@ -51,6 +52,7 @@ class FailureLedger:
         self._last_epoch: tuple[int, Mark, bytes] | None = None  # the last showing an epoch
         self._stall_told = 0  # line of the stalled bar last reported
         self._distributed = False  # rank prefixes or distributed frames were seen
+        self._gpu_init_warned = False  # torch warned the GPU runtime did not start
 
     def note_progress(self) -> None:
         """The job made progress (a heartbeat): survivable failures so far were lived through,
@@ -152,7 +154,10 @@ class FailureLedger:
     ) -> None:
         """An exception line no signature knows (see UNTRAINED for when it is a config error);
         `trained`: its traceback shows the job past training."""
-        if self._distributed and NET_FAILURE.search(text):
+        if self._gpu_init_warned:
+            finding = Finding(GPU_NOT_STARTED.id, C.HIP_RUNTIME_INIT, line, shown)
+            hit = Hit(finding, GPU_NOT_STARTED, GPU_NOT_STARTED.priority, chain, True)
+        elif self._distributed and NET_FAILURE.search(text):
             finding = Finding(LINK_LOST.id, C.NCCL_DISTRIBUTED, line, shown)
             hit = Hit(finding, LINK_LOST, LINK_LOST.priority, chain, True)
         elif not (self._trained or trained) and not TRANSIENT.search(text):
@@ -160,6 +165,18 @@ class FailureLedger:
             hit = Hit(finding, UNTRAINED, UNTRAINED.priority, chain, True)
         else:
             finding = Finding("", C.UNKNOWN, line, shown)
+            hit = Hit(finding, None, CATEGORY_PRIORITY[C.UNKNOWN], chain, True)
+        self._store(hit, marks)
+
+    def _cut_unknown(
+        self, line: int, text: str, chain: int, marks: tuple[Mark | None, Mark | None]
+    ) -> None:
+        """A traceback cut off before its exception line, that nothing in it explains."""
+        if self._gpu_init_warned:
+            finding = Finding(GPU_NOT_STARTED.id, C.HIP_RUNTIME_INIT, line, text)
+            hit = Hit(finding, GPU_NOT_STARTED, GPU_NOT_STARTED.priority, chain, True)
+        else:
+            finding = Finding("", C.UNKNOWN, line, text)
             hit = Hit(finding, None, CATEGORY_PRIORITY[C.UNKNOWN], chain, True)
         self._store(hit, marks)
 

@@ -9,7 +9,9 @@ TAIL = 4096
 CUT_MARK = b" [...] "
 TEXT_MAX = 500  # characters of a line kept in a finding
 
-RANK_PREFIX = re.compile(rb"(?:\[(?:rank|default)\d+\]: ?)+")  # torchrun --tee, then torch's own
+# Tags a launcher puts before each line of a process: torchrun --tee's and torch's own
+# "[rank0]:", Ray's "(ActorName pid=123, ip=10.0.0.2) ".
+RANK_PREFIX = re.compile(rb"(?:\[(?:rank|default)\d+\]: ?|\((?:\w+ )?pid=\d+(?:, ip=[\d.]+)?\) )+")
 
 
 def cut(segment: bytes) -> bytes:

@@ -98,6 +98,14 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
         ('*** Aborted at 1700000000 (unix time) try "date -d @1700000000"', C.SEGFAULT_ABORT),
         ("RuntimeError: unable to mmap 4096 bytes: Cannot allocate memory", C.HOST_OOM),
         ("Process finished with exit code 130", C.KILLED),
+        ("std::bad_alloc", C.HOST_OOM),
+        (
+            "math_functions.cu:79] Check failed: error == cudaSuccess (74 vs. 0)  misaligned",
+            (C.GPU_MEMORY_FAULT),
+        ),
+        ("11/06/2019 14:54:53  L    Simulation: preempting job", C.KILLED),
+        ("  Process exceeded running time limit (4h)", C.KILLED),
+        ("forrtl: error (200): program aborting due to control-C event", C.KILLED),
         ("  exitcode  : -9 (pid: 4242)", C.HOST_OOM),
         ("worker 3 was stopped with SIGKILL", C.HOST_OOM),
         ("  exitcode  : -15 (pid: 4242)", C.KILLED),
@@ -141,3 +149,22 @@ def test_a_lost_connection_in_a_distributed_job_is_a_distributed_failure() -> No
     assert category("Epoch 2/10\n" + ranked + "[rank1]: " + reset) == C.NCCL_DISTRIBUTED
     # in a job of one process it is the network of something else: unknown
     assert category("Epoch 2/10\n" + TRACEBACK + reset) == C.UNKNOWN
+
+
+def test_a_gpu_runtime_that_did_not_start_explains_a_later_unknown_death() -> None:
+    warned = (
+        "/venv/torch/cuda/__init__.py:88: UserWarning: CUDA initialization: Unexpected error "
+        "from cudaGetDeviceCount(). Error 804: forward compatibility was attempted\n"
+        "  return torch._C._cuda_getDeviceCount() > 0\n"
+    )
+    cut = TRACEBACK + '  File "train.py", line 93, in main\n    model.to(args.device\n'
+    assert category(warned + cut) == C.HIP_RUNTIME_INIT
+    assert category(warned + TRACEBACK + "RuntimeError: something\n") == C.HIP_RUNTIME_INIT
+    # alone, the warning is harmless: a job may go on on the CPU
+    assert category(warned + "YOLOv5 torch 1.8.0 CPU\n") == C.NONE
+
+
+def test_a_launchers_tag_before_each_line_is_read_past() -> None:
+    ray = "(RayWorkerWrapper pid=92234, ip=172.19.24.110) "
+    line = "[rank1]:[E1224 13:23:05.48 ProcessGroupNCCL.cpp:542] [Rank 12] Collective failed\n"
+    assert category("Epoch 2/10\n" + ray + line) == C.NCCL_DISTRIBUTED
