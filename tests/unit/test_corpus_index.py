@@ -29,6 +29,8 @@ def test_logs_come_from_distinct_threads_and_every_category_is_in_both_splits() 
     for label in {row.label for row in rows}:
         assert per_split[(label, "dev")] and per_split[(label, "test")], label
     assert sum(row.label == "none" for row in rows) >= 30
+    per_label = Counter(row.label for row in rows)
+    assert min(per_label.values()) >= 15, per_label
 
 
 def test_no_log_is_indexed_twice_and_none_is_left_out() -> None:
