@@ -110,6 +110,9 @@ def corpus() -> dict[str, object]:
         result = score(split)
         result.pop("wrong")
         out[split] = result
+    # The test split with the logs the blind audit left out scored too (evaluate.py).
+    every = score("test", audited_out=False)
+    out["test_with_audited_out"] = {k: every[k] for k in ("logs", "accuracy")}
     out["goal_test_accuracy"] = CORPUS_GOAL
     return out
 

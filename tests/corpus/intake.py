@@ -2,7 +2,8 @@
 
     python tests/corpus/intake.py ROWS.tsv...
 
-A row is `file<TAB>label<TAB>source<TAB>note` (file relative to tests/corpus/). A log goes
+A row is `file<TAB>label<TAB>source<TAB>note` (file relative to tests/corpus/); its audit
+column starts empty. A log goes
 to the test split when the SHA-1 of its source URL, read as a number, is 0-3 modulo 10
 (40 %), else to dev: the split is fixed before anyone reads the log, and every log of one
 thread lands on the same side. Rows whose URL or file is indexed already are skipped.
@@ -17,7 +18,7 @@ from pathlib import Path
 
 CORPUS = Path(__file__).resolve().parent
 INDEX = CORPUS / "INDEX.tsv"
-FIELDS = ("file", "label", "split", "source", "note")
+FIELDS = ("file", "label", "split", "source", "note", "audit")
 
 
 def split_of(url: str) -> str:
@@ -46,7 +47,7 @@ def main(argv: list[str]) -> int:
             if not (CORPUS / file).is_file():
                 print(f"{path}: skipped, no such log: {file}", file=sys.stderr)
                 continue
-            values = (file, label, split_of(source), source, note)
+            values = (file, label, split_of(source), source, note, "")
             rows.append(dict(zip(FIELDS, values, strict=True)))
             files.add(file)
             urls.add(source)
