@@ -6,7 +6,10 @@ Run it to tune (`python tests/corpus/evaluate.py --split dev --wrong`); `make be
 read right when the text alone shows no failure (`none`) or says `hang`.
 
 The `audit` column: a blind read of every log (by people who never saw what rsup makes of
-it) marks logs unfit to score: `offdomain` (not an ML job's output), `noevidence` (the text
+it) marks logs unfit to score: `offdomain` (not an ML job's output: programs that use no ML
+framework or library, such as HPC, bioinformatics or database servers, or a system tool
+alone such as nvidia-smi; kernel log lines count as in the domain, rsup reads them, and so
+do framework tests, benchmarks and samples), `noevidence` (the text
 shows nothing of the labelled failure; the label came from the thread's prose), `conflict`
 (the text shows another cause more clearly), `edited` (retyped or mixed with prose). They
 stay in the corpus, and `--all` scores them too; the figures leave them out.
