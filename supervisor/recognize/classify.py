@@ -64,10 +64,7 @@ an epoch or by a `step` word, an epoch past the first, a checkpoint, or the call
 `progress_seen` / `note_progress()`); after that they are `unknown`. Loading bars alone
 (checkpoint shards, tokenising) are not training.
 
-Speed: outside a traceback, lines holding none of the trigger words cannot be fatal and
-are skipped in bulk. While the job has not trained yet, or a survivable failure waits for
-an advance, the skipped text is scanned for progress; otherwise only for the last
-progress segment and the last epoch before the end of each piece (a backward search).
+Speed: lines outside a traceback holding no trigger word are skipped in bulk (prescan.py).
 """
 
 from __future__ import annotations
@@ -366,6 +363,12 @@ class LiveClassifier(FailureLedger):
             self._add_hint(trace, out)
         else:
             line, text = trace.last_frame or (trace.line, trace.text)
+            body = text.strip().encode()
+            if trace.last_frame and is_orphan_exception(body):  # the poster indented it all
+                signature = self._matcher.match(body) or self._matcher.match_exception(body)
+                if signature is not None:
+                    return self._add(signature, line, text, trace.chain, out, trace.marks)
+                return self._unknown_exception(text, line, text, trace.chain, trace.marks)
             self._cut_unknown(line, text, trace.chain, trace.marks)
 
     def _add_hint(self, trace: Trace, out: list[Finding]) -> None:

@@ -58,6 +58,8 @@ UNTRAINED = _built_in(
     "its code, data or setup is wrong, and running it again raises it again.",
     "One more try; the same exception again fails the job (no crash loop).",
     "Read the exception, fix the job, and start it again.",
+    # the weakest evidence: any line a signature knows outranks it
+    priority=CATEGORY_PRIORITY[C.UNKNOWN] + 1,
 )
 TRANSIENT = re.compile(
     r"CUDA|HIP|[Cc]u(?:DNN|dnn|BLAS|blas)|CUDNN|CUBLAS|NCCL|[Tt]ime[ds]? ?out|[Cc]onnect"
@@ -106,7 +108,8 @@ DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod
 # config error, even when the excerpt shows no progress.
 TRAINED_FRAME = re.compile(
     r'[/\\]torch[/\\]serialization\.py", line \d+, in _?save\b'
-    r"|, in (?:_?save_checkpoint|_?save_model|save_pretrained|_save_(?:topk|last)_checkpoint"
+    r"|, in (?:_?save_checkpoint|_?save_model|save_pretrained|save_file"
+    r"|_save_(?:topk|last)_checkpoint"
     r"|_determine_best_metric|_maybe_log_save_evaluate|(?:on_)?(?:validation|train|training)"
     r"_epoch_end|on_epoch_end)\b"
 )

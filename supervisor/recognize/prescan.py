@@ -1,4 +1,10 @@
-"""The bulk pre-scan: trigger words and progress looked for in whole regions, not line by line."""
+"""The bulk pre-scan: trigger words and progress looked for in whole regions, not line by line.
+
+Outside a traceback, lines holding none of the trigger words cannot be fatal and are
+skipped in bulk. While the job has not trained yet, or a survivable failure waits for an
+advance, the skipped text is scanned for progress; otherwise only for the last progress
+segment and the last epoch before the end of each piece (a backward search).
+"""
 
 from __future__ import annotations
 

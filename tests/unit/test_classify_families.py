@@ -106,6 +106,15 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
         ("11/06/2019 14:54:53  L    Simulation: preempting job", C.KILLED),
         ("  Process exceeded running time limit (4h)", C.KILLED),
         ("forrtl: error (200): program aborting due to control-C event", C.KILLED),
+        (
+            "enforce fail at CPUAllocator.cpp:56] posix_memalign(&data, a, n) == 0. 12 vs 0",
+            (C.HOST_OOM),
+        ),
+        (
+            "THCudaCheck FAIL file=roi_align_kernel.cu line=140 error=48 : unrecognized error",
+            (C.HIP_RUNTIME_INIT),
+        ),
+        ("WARNING: non-finite loss, ending training  tensor([nan, 0.2])", C.UNKNOWN),
         ("  exitcode  : -9 (pid: 4242)", C.HOST_OOM),
         ("worker 3 was stopped with SIGKILL", C.HOST_OOM),
         ("  exitcode  : -15 (pid: 4242)", C.KILLED),
@@ -168,3 +177,28 @@ def test_a_launchers_tag_before_each_line_is_read_past() -> None:
     ray = "(RayWorkerWrapper pid=92234, ip=172.19.24.110) "
     line = "[rank1]:[E1224 13:23:05.48 ProcessGroupNCCL.cpp:542] [Rank 12] Collective failed\n"
     assert category("Epoch 2/10\n" + ray + line) == C.NCCL_DISTRIBUTED
+
+
+def test_a_traceback_the_poster_indented_as_a_whole_counts_by_its_exception() -> None:
+    indented = (
+        "   Traceback (most recent call last):\n"
+        '     File "train.py", line 12, in <module>\n'
+        "       new = empty(newshape, arr.dtype, arrorder)\n"
+        "      MemoryError\n"
+    )
+    assert category(indented) == C.HOST_OOM
+
+
+def test_a_cause_outranks_the_signals_and_wrappers_it_leads_to() -> None:
+    wrapped = (
+        "W1219 torch/multiprocessing/spawn.py:169] Terminating process 252 via signal SIGTERM\n"
+        + TRACEBACK
+        + "torch.multiprocessing.spawn.ProcessRaisedException:\n\n"
+        + "-- Process 0 terminated with the following error:\n"
+        + TRACEBACK
+        + "OSError: [Errno 28] No space left on device\n"
+    )
+    assert diagnose_text(wrapped, catalogue=shipped()).signature == "disk-full"
+    # an exception no signature knows is the weakest evidence of all
+    unknown_first = TRACEBACK + "KeyError: 'x'\n" + "Segmentation fault (core dumped)\n"
+    assert category(unknown_first) == C.SEGFAULT_ABORT
