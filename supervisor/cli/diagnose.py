@@ -55,6 +55,7 @@ def would_do(diagnosis: Diagnosis, kind: str, batch: int | None, workers: int | 
     """What rsup's policy decides after a first attempt that ended this way, for this kind
     of job with this batch and worker count (None: rsup has no knob to turn)."""
     outcome = policy.Outcome(exit_code=1, signal=None, category=diagnosis.category,
+                             signature=diagnosis.signature,
                              evidence=tuple(t for _, t in diagnosis.evidence))  # fmt: skip
     history = policy.History(attempts=1, failures=1, stalled=1, same_category=1, device="0",
                              batch=batch, workers=workers)  # fmt: skip

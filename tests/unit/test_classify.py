@@ -578,6 +578,19 @@ def test_diagnose_text_output() -> None:
     assert "remedy:" in text
 
 
+def test_diagnose_says_an_inferred_config_error_gets_one_more_try(tmp_path: Path) -> None:
+    log = tmp_path / "early.log"
+    log.write_text("loading\nTraceback (most recent call last):\nKeyError: 'boxes'\n")
+    out = io.StringIO()
+    assert run_diagnose(str(log), True, out) == 4
+    document = json.loads(out.getvalue())
+    assert (document["category"], document["signature"]) == (
+        C.CONFIG_ERROR,
+        C.INFERRED_CONFIG_ERROR,
+    )
+    assert "one more try" in document["action"]
+
+
 def test_diagnose_clean_log_exits_zero() -> None:
     out = io.StringIO()
     path = CORPUS / "none" / "ultralytics_rocm_healthy.log"
