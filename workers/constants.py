@@ -18,6 +18,9 @@ UNKNOWN = "unknown"
 # The signature of an exception no signature knows, raised before the job trained: a config
 # error by inference, so the policy gives it one more try before failing the job.
 INFERRED_CONFIG_ERROR = "exception-before-training"
+# Causes the classifier infers from an exception no signature knows (recognize/inferred.py):
+# the weakest evidence, so a clean exit outweighs them.
+INFERRED = frozenset({INFERRED_CONFIG_ERROR, "gpu-runtime-did-not-start", "distributed-link-lost"})
 NONE = "none"
 
 CATEGORIES = (

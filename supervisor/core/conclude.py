@@ -140,8 +140,8 @@ def _hidden_by_exit_zero(ev: Evidence) -> Outcome | None:
     diagnosis = ev.diagnosis
     if ev.exit_code != 0 or ev.signal is not None or ev.trust_exit_zero or ev.stop_requested:
         return None
-    if diagnosis.category not in HIDDEN_BY_EXIT_ZERO:
-        return None
+    if diagnosis.category not in HIDDEN_BY_EXIT_ZERO or diagnosis.signature in C.INFERRED:
+        return None  # an inferred cause is weaker evidence than a clean exit
     where = f" at output.log:{diagnosis.line}" if diagnosis.line else ""
     what = diagnosis.evidence[0][1] if diagnosis.evidence else diagnosis.category
     why = (f"exit 0, but the output shows an unrecovered {diagnosis.category}{where} ({what}); "

@@ -167,7 +167,7 @@ def _final(outcome: Outcome, history: History, limits: Limits) -> Decision | Non
 def _one_more_try(outcome: Outcome, history: History) -> bool:
     """A config error inferred (an exception no signature knows, before training) gets one
     restart: a flaky start (a lock, a file still being written) passes the second time,
-    and the same exception again fails the job."""
+    and a second config error in a row (that one again or any other) fails the job."""
     return outcome.signature == C.INFERRED_CONFIG_ERROR and history.same_category <= 1
 
 

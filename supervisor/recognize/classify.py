@@ -80,6 +80,7 @@ from rsup.supervisor.recognize.exitcodes import classify_exit as classify_exit
 from rsup.supervisor.recognize.inferred import (
     CUDA_INIT_WARNING,
     DISTRIBUTED_FRAME,
+    IGNORED_BY_PYTHON,
     TRAINED_FRAME,
     Trace,
     printed_only,
@@ -127,7 +128,9 @@ class LiveClassifier(FailureLedger):
         self._head: bytes | None = None  # the unterminated segment, when cut: head and tail
         self._tail = b""
         self._closed = False
-        self._before = b""  # the text before the line being read, in its region
+        self._region, self._pos = b"", 0  # the region and offset of the line being read
+        self._prev_line = b""  # the last line of the region before, for the line above
+        self._orphan: tuple[bytes, bytes, int] | None = None  # a lone exception line, pending
 
     @property
     def lines(self) -> int:
@@ -160,6 +163,10 @@ class LiveClassifier(FailureLedger):
             self._lines -= 1  # the newline was ours, not the log's
         if self._tb.close():
             self._end_trace(out)
+        if self._orphan is not None:  # an exception line without its frames ends the output
+            body, segment, line = self._orphan
+            self._orphan = None
+            self._exception(body, segment, None, out, None, line)
         self._pending, self._head, self._closed = b"", None, True
         return out
 
@@ -196,13 +203,17 @@ class LiveClassifier(FailureLedger):
                 self._skip(region, pos, start)
                 pos = start
                 if pos >= size:
-                    return
+                    break
             pos = self._line(region, pos, out)
+        last = region.rfind(b"\n", 0, max(0, size - 1))
+        self._prev_line = region[last + 1 :][-4096:]
 
     # --- progress in skipped text -------------------------------------------------
 
     def _skip(self, region: bytes, start: int, end: int) -> None:
         if start < end:
+            if self._orphan is not None and region[start:end].strip():
+                self._orphan = None  # output went on after it
             lines = region.count(b"\n", start, end)
             if self._want_progress:
                 self._scan_forward(region, start, end)
@@ -255,7 +266,7 @@ class LiveClassifier(FailureLedger):
     def _line(self, region: bytes, pos: int, out: list[Finding]) -> int:
         """Classify the segments of the line at `pos`; return where the next line starts."""
         end = region.find(b"\n", pos)
-        self._before = region[max(0, pos - 4096) : pos]  # the lines above
+        self._region, self._pos = region, pos
         piece = region[pos:end] if end >= 0 else region[pos:]
         for segment in piece.split(b"\r"):
             if segment:
@@ -265,8 +276,18 @@ class LiveClassifier(FailureLedger):
         self._lines += 1
         return end + 1
 
+    def _line_above(self) -> bytes:
+        """The line above the one being read (from the region before when it starts one)."""
+        region, pos = self._region, self._pos
+        above = region[max(0, pos - 4096) : pos].rstrip(b"\r\n")
+        if not above.strip():
+            above = self._prev_line.rstrip(b"\r\n")
+        return above[above.rfind(b"\n") + 1 :]
+
     def _segment(self, segment: bytes, out: list[Finding]) -> None:
         segment = cut(segment)
+        if self._orphan is not None and segment.strip():
+            self._orphan = None  # output went on after it
         prefix = RANK_PREFIX.match(segment) if segment[:1] in b"[(" else None
         body = segment[prefix.end() :] if prefix else segment
         if prefix:
@@ -284,8 +305,8 @@ class LiveClassifier(FailureLedger):
             self._trace = Trace(
                 tb.chain, line, text_of(segment), self._seen_before(line), tb.notebook_class
             )
-            if head >= 0 and printed_only(self._before):
-                self._trace.ignored = True
+            if head >= 0:
+                self._trace.printed = printed_only(self._line_above())
             self._stalled_before(line, out)
         if role == FRAME:
             if self._trace is not None and TB_HEADER not in body:
@@ -299,7 +320,7 @@ class LiveClassifier(FailureLedger):
         elif signature is not None:
             self._add(signature, line, text_of(segment), None, out)
         elif tb.state == IDLE and is_orphan_exception(body):
-            self._exception(body, segment, None, out, None)  # its frames were not shown
+            self._orphan = (body, segment, line)  # counts if it ends the output (close)
         elif CUDA_INIT_WARNING in body:
             self._gpu_init_warned = True
 
@@ -325,14 +346,15 @@ class LiveClassifier(FailureLedger):
         signature: Signature | None,
         out: list[Finding],
         chain: int | None,
+        line: int | None = None,
     ) -> None:
         """The exception line that ends a traceback (`chain`), or stands alone (None)."""
         trace, self._trace = self._trace, None
-        if trace is not None and trace.ignored:
-            return
+        if trace is not None and trace.printed == IGNORED_BY_PYTHON:
+            return  # never raised
         marks = trace.marks if trace else None
         signature = signature or self._matcher.match_exception(body)
-        line = self._lines + 1
+        line = line or self._lines + 1
         if signature is not None:
             self._add(signature, line, text_of(segment), chain, out, marks)
             if signature.category == C.KILLED and trace is not None:
@@ -341,14 +363,14 @@ class LiveClassifier(FailureLedger):
             self._add_hint(trace, out)
         else:
             text = body.decode("utf-8", "replace")
-            if is_failure_exception(text):
+            if is_failure_exception(text) and not (trace and trace.printed):
                 trained = trace is not None and trace.trained
                 self._unknown_exception(text, line, text_of(segment), chain, marks, trained)
 
     def _end_trace(self, out: list[Finding]) -> None:
         """A traceback ended without its exception line: decide by what it showed."""
         trace, self._trace = self._trace, None
-        if trace is None or trace.ignored:
+        if trace is None or trace.printed:
             return
         named = trace.notebook_class
         signature = None
@@ -364,12 +386,17 @@ class LiveClassifier(FailureLedger):
         else:
             line, text = trace.last_frame or (trace.line, trace.text)
             body = text.strip().encode()
+            prefix = RANK_PREFIX.match(body)
+            body = body[prefix.end() :].strip() if prefix else body
             if trace.last_frame and is_orphan_exception(body):  # the poster indented it all
                 signature = self._matcher.match(body) or self._matcher.match_exception(body)
                 if signature is not None:
-                    return self._add(signature, line, text, trace.chain, out, trace.marks)
-                return self._unknown_exception(text, line, text, trace.chain, trace.marks)
-            self._cut_unknown(line, text, trace.chain, trace.marks)
+                    self._add(signature, line, text, trace.chain, out, trace.marks)
+                else:
+                    chain, marks = trace.chain, trace.marks
+                    self._unknown_exception(text, line, text, chain, marks, trace.trained)
+            else:
+                self._cut_unknown(line, text, trace.chain, trace.marks)
 
     def _add_hint(self, trace: Trace, out: list[Finding]) -> None:
         if trace.hint is not None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from rsup.supervisor.recognize import advance
 from rsup.supervisor.recognize.advance import Mark
 from rsup.supervisor.recognize.catalogue import CATEGORY_PRIORITY, Signature
+from rsup.supervisor.recognize.segments import RANK_PREFIX
 from rsup.workers import constants as C
 
 
@@ -62,20 +63,32 @@ UNTRAINED = _built_in(
     priority=CATEGORY_PRIORITY[C.UNKNOWN] + 1,
 )
 TRANSIENT = re.compile(
-    r"CUDA|HIP|[Cc]u(?:DNN|dnn|BLAS|blas)|CUDNN|CUBLAS|NCCL|[Tt]ime[ds]? ?out|[Cc]onnect"
+    r"\b(?:CUDA|HIP|NCCL)\b|[Cc]u(?:DNN|dnn|BLAS|blas)|CUDNN|CUBLAS|[Tt]ime[ds]? ?out|[Cc]onnect"
     r"|HTTP|[Nn]etwork|[Tt]emporar|[Rr]esolve|\b(?:nan|NaN|inf|Inf)\b|infinite|finite"
     r"|FloatingPoint|[Ll]oss scale|Input/output error|No space left|[Dd]isk quota|[Ii]nterrupt"
     r"|[Ss]ignal|[Mm]emory|[Dd]evice-side"
 )
-# A loss value printed with a counter ("Epoch: 1, train loss: 0.69"): a step was taken.
-TRAIN_LOSS = re.compile(rb"\b(?:[Tt]rain(?:ing)?[ _])?[Ll]oss\b\s*[:=]?\s*\d")
+# A training loss printed on a progress line ("Epoch: 1, train loss: 0.69"): a step was
+# taken. Not a validation or test loss.
+_LOSS = re.compile(rb"\b(?:[Tt]rain(?:ing)?[ _])?[Ll]oss\b\s*[:=]?\s*\d")
+_NOT_TRAIN = re.compile(rb"(?:[Vv]al(?:id(?:ation)?)?|[Ee]val|[Tt]est)[ _]?$")
+
+
+def trains_by_loss(segment: bytes) -> bool:
+    """Whether a progress segment prints a training loss (see _LOSS)."""
+    return any(
+        not _NOT_TRAIN.search(segment, max(0, m.start() - 12), m.start())
+        for m in _LOSS.finditer(segment)
+    )
+
+
 # A connection lost, in a job that runs several processes (rank prefixes, distributed frames).
 NET_FAILURE = re.compile(
     r"[Cc]onnection ?(?:[Rr]eset|[Rr]efused|[Cc]losed|[Aa]borted|[Ee]rror)|[Bb]roken ?[Pp]ipe"
-    r"|[Ss]ocket|[Tt]imed? ?out|[Tt]imeout|[Pp]eer"
+    r"|\b[Ss]ocket\b|[Tt]imed? ?out|[Tt]imeout|(?:reset|closed) by peer"
 )
 LINK_LOST = _built_in(
-    "distributed-link-lost",
+    "distributed-link-lost",  # in C.INFERRED
     C.NCCL_DISTRIBUTED,
     NET_FAILURE,
     "A process of a distributed job lost its connection to another (reset, refused, timed "
@@ -83,7 +96,7 @@ LINK_LOST = _built_in(
     "Stop and restart the whole process group from the last checkpoint.",
     "Find the rank that failed first (its own error comes before this one); check the "
     "network between the nodes, MASTER_ADDR and MASTER_PORT.",
-    priority=CATEGORY_PRIORITY[C.NCCL_DISTRIBUTED] - 2,
+    priority=CATEGORY_PRIORITY[C.UNKNOWN] + 2,  # inferred: any line a signature knows outranks it
 )
 
 # torch's warning that the GPU runtime failed to start ("UserWarning: CUDA initialization:
@@ -91,13 +104,14 @@ LINK_LOST = _built_in(
 # then dies of an exception no signature knows most likely died of it.
 CUDA_INIT_WARNING = b"CUDA initialization: "
 GPU_NOT_STARTED = _built_in(
-    "gpu-runtime-did-not-start",
+    "gpu-runtime-did-not-start",  # in C.INFERRED
     C.HIP_RUNTIME_INIT,
     re.compile(r"CUDA initialization: "),
     "torch warned that the GPU runtime failed to start, and the job then died of an "
     "exception rsup does not know: most likely of the GPU it could not use.",
     "Probe the GPU again after a backoff; if it stays broken, fall back to the CPU.",
     "Read the reason in the warning (driver too old, driver/library mismatch, no device).",
+    priority=CATEGORY_PRIORITY[C.UNKNOWN] + 2,  # inferred: any line a signature knows outranks it
 )
 
 # What frames and the lines around a traceback tell (classify.py reads them).
@@ -113,18 +127,22 @@ TRAINED_FRAME = re.compile(
     r"|_determine_best_metric|_maybe_log_save_evaluate|(?:on_)?(?:validation|train|training)"
     r"_epoch_end|on_epoch_end)\b"
 )
-# Lines above a traceback that say it was only printed, not raised.
-IGNORED = b"Exception ignored in"
-RETRYING = re.compile(rb"\b(?:[Rr]etry(?:ing)?|RETRY(?:ING)?)\b")
+# The line above a traceback says it was only printed: Python ignored the exception (raised
+# in __del__, a weakref callback or at exit: never raised, whatever it says), or a logger
+# printed it while announcing a retry ("Retry attempt failed:": an exception no signature
+# knows is then not a failure; one a signature knows still is).
+IGNORED_BY_PYTHON, LOGGED_RETRY = "ignored", "retry"
+_IGNORED = b"Exception ignored in"
+_RETRY_INTRO = re.compile(rb"\b(?:[Rr]etry(?:ing)?|RETRY(?:ING)?)\b.*:\s*$")
 
 
-def printed_only(before: bytes) -> bool:
-    """Whether the line above a traceback header (the end of `before`) says the exception
-    was only printed: Python ignored it (raised in __del__, a weakref callback or at exit),
-    or a logger printed it while announcing a retry ("Retry attempt failed:")."""
-    before = before.rstrip(b"\r\n")
-    last = before[before.rfind(b"\n") + 1 :]
-    return last.startswith(IGNORED) or RETRYING.search(last) is not None
+def printed_only(above: bytes) -> str | None:
+    """IGNORED_BY_PYTHON or LOGGED_RETRY when the line above a traceback header says so."""
+    prefix = RANK_PREFIX.match(above)
+    line = above[prefix.end() :] if prefix else above
+    if line.startswith(_IGNORED):
+        return IGNORED_BY_PYTHON
+    return LOGGED_RETRY if _RETRY_INTRO.search(line) else None
 
 
 @dataclass
@@ -139,4 +157,4 @@ class Trace:
     last_frame: tuple[int, str] | None = None
     hint: tuple[Signature, int, str] | None = None  # the deepest frame a signature knows
     trained: bool = False  # a frame shows the job past training (saving, epoch-end hooks)
-    ignored: bool = False  # Python printed it as "Exception ignored in ...": not raised
+    printed: str | None = None  # only printed, not raised: see printed_only

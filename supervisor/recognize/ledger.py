@@ -13,9 +13,9 @@ from rsup.supervisor.recognize.inferred import (
     LINK_LOST,
     NET_FAILURE,
     STALLED,
-    TRAIN_LOSS,
     TRANSIENT,
     UNTRAINED,
+    trains_by_loss,
 )
 from rsup.supervisor.recognize.segments import text_of
 from rsup.workers import constants as C
@@ -93,7 +93,7 @@ class FailureLedger:
         if not self._trained:
             prior = self._last_epoch[1].epoch if self._last_epoch else None
             grew = prior is not None and mark.epoch is not None and mark.epoch > prior
-            self._trained = mark.trains or grew or TRAIN_LOSS.search(segment) is not None
+            self._trained = mark.trains or grew or trains_by_loss(segment)
         if self._open:
             for hit in self._open:
                 assert hit.marks is not None
@@ -152,33 +152,26 @@ class FailureLedger:
         marks: tuple[Mark | None, Mark | None] | None,
         trained: bool = False,
     ) -> None:
-        """An exception line no signature knows (see UNTRAINED for when it is a config error);
-        `trained`: its traceback shows the job past training."""
-        if self._gpu_init_warned:
-            finding = Finding(GPU_NOT_STARTED.id, C.HIP_RUNTIME_INIT, line, shown)
-            hit = Hit(finding, GPU_NOT_STARTED, GPU_NOT_STARTED.priority, chain, True)
+        """An exception line no signature knows; `trained`: its traceback shows the job past
+        training. What it is taken for (inferred.py): the GPU runtime torch warned did not
+        start, a lost link between ranks, a config error before training, else unknown."""
+        trained = self._trained or trained
+        if self._gpu_init_warned and not trained:
+            sig: Signature | None = GPU_NOT_STARTED
         elif self._distributed and NET_FAILURE.search(text):
-            finding = Finding(LINK_LOST.id, C.NCCL_DISTRIBUTED, line, shown)
-            hit = Hit(finding, LINK_LOST, LINK_LOST.priority, chain, True)
-        elif not (self._trained or trained) and not TRANSIENT.search(text):
-            finding = Finding(UNTRAINED.id, C.CONFIG_ERROR, line, shown)
-            hit = Hit(finding, UNTRAINED, UNTRAINED.priority, chain, True)
+            sig = LINK_LOST
+        elif not trained and not TRANSIENT.search(text):
+            sig = UNTRAINED
         else:
-            finding = Finding("", C.UNKNOWN, line, shown)
-            hit = Hit(finding, None, CATEGORY_PRIORITY[C.UNKNOWN], chain, True)
-        self._store(hit, marks)
+            sig = None
+        self._store(_inferred_hit(sig, line, shown, chain), marks)
 
     def _cut_unknown(
         self, line: int, text: str, chain: int, marks: tuple[Mark | None, Mark | None]
     ) -> None:
         """A traceback cut off before its exception line, that nothing in it explains."""
-        if self._gpu_init_warned:
-            finding = Finding(GPU_NOT_STARTED.id, C.HIP_RUNTIME_INIT, line, text)
-            hit = Hit(finding, GPU_NOT_STARTED, GPU_NOT_STARTED.priority, chain, True)
-        else:
-            finding = Finding("", C.UNKNOWN, line, text)
-            hit = Hit(finding, None, CATEGORY_PRIORITY[C.UNKNOWN], chain, True)
-        self._store(hit, marks)
+        sig = GPU_NOT_STARTED if self._gpu_init_warned and not self._trained else None
+        self._store(_inferred_hit(sig, line, text, chain), marks)
 
     def _supersede(self, chain: int) -> None:
         for hit in self._hits:
@@ -196,6 +189,14 @@ class FailureLedger:
             hit.marks = Marks(*(marks or self._seen_before(hit.finding.line)))
             self._open.append(hit)
         self._hits.append(hit)
+
+
+def _inferred_hit(sig: Signature | None, line: int, text: str, chain: int | None) -> Hit:
+    """The hit of an inferred cause (`sig`), or of an unknown exception (None)."""
+    if sig is None:
+        unknown = Finding("", C.UNKNOWN, line, text)
+        return Hit(unknown, None, CATEGORY_PRIORITY[C.UNKNOWN], chain, True)
+    return Hit(Finding(sig.id, sig.category, line, text), sig, sig.priority, chain, True)
 
 
 def diagnosis_of(root: Hit, evidence: list[tuple[int, str]]) -> Diagnosis:

@@ -129,9 +129,13 @@ _ORPHAN = re.compile(
 ORPHAN_WORDS = (b"Error", b"Exception:")  # not "cudnnException," warnings
 
 
+_METRIC = re.compile(rb"[^:]*:\s*[-+]?\d+\.\d+(?:[eE][-+]?\d+)?\s*$")  # MeanSquaredError: 0.02
+
+
 def is_orphan_exception(body: bytes) -> bool:
-    """Whether a line outside any traceback is an exception line whose frames are missing."""
-    return _ORPHAN.match(body) is not None
+    """Whether a line outside any traceback is an exception line whose frames are missing
+    (not a metric printed under its class name)."""
+    return _ORPHAN.match(body) is not None and _METRIC.match(body) is None
 
 
 def is_failure_exception(text: str) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 
 import pytest
-from rsup.supervisor.recognize.classify import diagnose_text
+from rsup.supervisor.recognize.classify import LiveClassifier, diagnose_text
 from rsup.supervisor.recognize.signatures import Catalogue, load_catalogue
 from rsup.workers import constants as C
 
@@ -202,3 +202,43 @@ def test_a_cause_outranks_the_signals_and_wrappers_it_leads_to() -> None:
     # an exception no signature knows is the weakest evidence of all
     unknown_first = TRACEBACK + "KeyError: 'x'\n" + "Segmentation fault (core dumped)\n"
     assert category(unknown_first) == C.SEGFAULT_ABORT
+
+
+def live(text: str, at: int) -> str:
+    """The verdict of the live classifier fed `text` in two chunks split at `at`."""
+    classifier = LiveClassifier(shipped())
+    data = text.encode()
+    classifier.feed(data[:at])
+    classifier.feed(data[at:])
+    classifier.close()
+    return classifier.verdict().category
+
+
+def test_the_line_above_a_traceback_is_read_the_same_live_and_offline() -> None:
+    ignored = (
+        "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f>\n"
+        + TRACEBACK
+        + "RuntimeError: DataLoader worker (pid(s) 4242) exited unexpectedly\n"
+    )
+    assert category(ignored) == live(ignored, ignored.index("Traceback")) == C.NONE
+    # a retry announced without a colon does not introduce the traceback; a known cause counts
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    retry = "Retrying in 5s\n" + TRACEBACK + oom
+    assert category(retry) == live(retry, retry.index("Traceback")) == C.OOM
+    logged = "ERROR [retry.py] Retry attempt failed:\n" + TRACEBACK + oom
+    assert category(logged) == C.OOM
+
+
+def test_a_lone_exception_line_counts_only_where_it_ends_the_output() -> None:
+    assert category("loading\nKeyError: 'boxes'\n") == C.CONFIG_ERROR
+    assert category("loading\nKeyError: 'boxes'\nmore output\n") == C.NONE
+    assert category("Loading data\nMeanSquaredError: 0.0234\n") == C.NONE  # a metric
+
+
+def test_a_stop_the_launcher_sends_after_a_rank_failed_does_not_hide_the_failure() -> None:
+    rank = "[rank1]: " + TRACEBACK.replace("\n  ", "\n[rank1]:   ") + "[rank1]: KeyError: 'l'\n"
+    closing = "W api.py:857] Sending process 4567 closing signal SIGTERM\n"
+    assert category(rank + closing) == C.CONFIG_ERROR
+    assert category("Epoch 2/10\n" + closing) == C.KILLED  # alone it is the cause
+    hup = "W api.py:857] Sending process 4567 closing signal SIGHUP\n"
+    assert category(rank + hup) == C.KILLED  # the launcher itself got SIGHUP and passes it on

@@ -179,6 +179,13 @@ def test_exit_zero_after_an_unrecovered_oom_is_an_oom_for_a_command_job() -> Non
     assert "wrapper script may hide the exit code" in first
 
 
+def test_a_clean_exit_outweighs_an_inferred_cause() -> None:
+    inferred = Diagnosis(C.CONFIG_ERROR, C.INFERRED_CONFIG_ERROR, [(4, "KeyError: 'x'")], 4)
+    assert core.attempt_ended(job(), ended(inferred, code=0), NOW).state == S.SUCCEEDED
+    known = Diagnosis(C.CONFIG_ERROR, "module-not-found", [(4, "ModuleNotFoundError: x")], 4)
+    assert core.attempt_ended(job(), ended(known, code=0), NOW).state == S.FAILED
+
+
 def test_exit_zero_is_trusted_where_rsup_runs_the_trainer_itself() -> None:
     trusted = ended(OOM, code=0, trust_exit_zero=True)
     assert core.attempt_ended(job(), trusted, NOW).state == S.SUCCEEDED
