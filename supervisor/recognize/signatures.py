@@ -30,7 +30,7 @@ from rsup.supervisor.recognize.keywords import derive_keywords as derive_keyword
 from rsup.supervisor.recognize.keywords import trigger_words as trigger_words
 
 _REQUIRED = ("id", "category", "pattern", "meaning", "action", "fatal")
-_OPTIONAL = ("priority", "remedy", "keywords", "enabled", "survivable", "scope")
+_OPTIONAL = ("priority", "remedy", "keywords", "triggers", "enabled", "survivable", "scope")
 _ID_RE = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
 
 
@@ -138,9 +138,10 @@ def _check_types(entry: dict[str, Any], where: str) -> None:
         raise SignatureError(f"{where}: 'priority' must be an integer from 0 to 100")
     if entry.get("remedy") is not None and not isinstance(entry["remedy"], str):
         raise SignatureError(f"{where}: 'remedy' must be a string")
-    keywords = entry.get("keywords", [])
-    if not isinstance(keywords, list) or not all(isinstance(k, str) and k for k in keywords):
-        raise SignatureError(f"{where}: 'keywords' must be a list of non-empty strings")
+    for field in ("keywords", "triggers"):
+        words = entry.get(field, [])
+        if not isinstance(words, list) or not all(isinstance(k, str) and k for k in words):
+            raise SignatureError(f"{where}: '{field}' must be a list of non-empty strings")
     for flag in ("enabled", "survivable"):
         if not isinstance(entry.get(flag, True), bool):
             raise SignatureError(f"{where}: {flag!r} must be true or false")
@@ -157,7 +158,7 @@ def _compile(entry: dict[str, Any], prefer: Sequence[str]) -> Signature:
     ignore_case = pattern.startswith("(?i)")
     given = entry.get("keywords")
     words = list(given) if given else derive_keywords(pattern)
-    triggers = derive_keywords(pattern, prefer) or words
+    triggers = entry.get("triggers") or derive_keywords(pattern, prefer) or words
     if ignore_case:
         words = [w.lower() for w in words] if all(w.isascii() for w in words) else []
         triggers = [w.lower() for w in triggers] if all(w.isascii() for w in triggers) else []
