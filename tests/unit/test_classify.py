@@ -528,6 +528,20 @@ def test_explicit_keywords_and_case_insensitive_patterns(tmp_path: Path) -> None
     assert diagnose_text("queue: stalled-q\n", catalogue=cat).signature == "kw"
 
 
+def test_explicit_triggers_are_what_chunks_are_searched_for(tmp_path: Path) -> None:
+    pattern = r"^(?=.*[Ee]rror\b)(?=.*\bwidget\b)"
+    body = ENTRY.format(id="both", category="oom", pattern=pattern)
+    body += "    keywords: [widget]\n    triggers: [rror]\n"
+    cat = load_catalogue(write_catalogue(tmp_path, body))
+    both = cat.get("both")
+    assert both is not None and (both.keywords, both.triggers) == ((b"widget",), (b"rror",))
+    assert diagnose_text("the widget broke: Error 3\n", catalogue=cat).signature == "both"
+    assert diagnose_text("the widget is fine\nError rate 0.1\n", catalogue=cat).category == (C.NONE)
+    bad = ENTRY.format(id="bad", category="oom", pattern="x") + "    triggers: rror\n"
+    with pytest.raises(SignatureError, match="'triggers' must be a list"):
+        load_catalogue(write_catalogue(tmp_path, bad, "bad.yaml"))
+
+
 @pytest.mark.parametrize(
     ("pattern", "words"),
     [
