@@ -20,7 +20,9 @@ UNKNOWN = "unknown"
 INFERRED_CONFIG_ERROR = "exception-before-training"
 # Causes the classifier infers from an exception no signature knows (recognize/inferred.py):
 # the weakest evidence, so a clean exit outweighs them.
-INFERRED = frozenset({INFERRED_CONFIG_ERROR, "gpu-runtime-did-not-start", "distributed-link-lost"})
+INFERRED_GPU_NOT_STARTED = "gpu-runtime-did-not-start"
+INFERRED_LINK_LOST = "distributed-link-lost"
+INFERRED = frozenset({INFERRED_CONFIG_ERROR, INFERRED_GPU_NOT_STARTED, INFERRED_LINK_LOST})
 NONE = "none"
 
 CATEGORIES = (

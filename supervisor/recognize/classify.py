@@ -85,15 +85,8 @@ from rsup.supervisor.recognize.inferred import (
     Trace,
     printed_only,
 )
-from rsup.supervisor.recognize.ledger import WINDOW, FailureLedger
 from rsup.supervisor.recognize.matcher import Matcher
-from rsup.supervisor.recognize.prescan import (
-    BACK_WORDS,
-    EPOCH_WORDS,
-    Finder,
-    last_of,
-    segment_bounds,
-)
+from rsup.supervisor.recognize.prescan import Finder, SkippedText
 from rsup.supervisor.recognize.segments import CUT_MARK, HEAD, RANK_PREFIX, TAIL, cut, text_of
 from rsup.supervisor.recognize.segments import TEXT_MAX as TEXT_MAX
 from rsup.supervisor.recognize.signatures import default_catalogue
@@ -113,7 +106,7 @@ from rsup.supervisor.recognize.tracebacks import (
 from rsup.workers import constants as C
 
 
-class LiveClassifier(FailureLedger):
+class LiveClassifier(SkippedText):
     """Classifies a job's output fed in chunks of any size, as the file grows."""
 
     def __init__(self, catalogue: Catalogue | None = None, *, progress_seen: bool = False):
@@ -123,14 +116,13 @@ class LiveClassifier(FailureLedger):
         self._matcher = Matcher(cat, words)
         self._tb = Tracebacks()
         self._trace: Trace | None = None
-        self._lines = 0  # "\n" seen so far
         self._pending = b""  # the unterminated segment, when short
         self._head: bytes | None = None  # the unterminated segment, when cut: head and tail
         self._tail = b""
         self._closed = False
         self._region, self._pos = b"", 0  # the region and offset of the line being read
         self._prev_line = b""  # the last line of the region before, for the line above
-        self._orphan: tuple[bytes, bytes, int] | None = None  # a lone exception line, pending
+        self._orphan: tuple[bytes, str, int] | None = None  # a lone exception line, pending
 
     @property
     def lines(self) -> int:
@@ -164,9 +156,9 @@ class LiveClassifier(FailureLedger):
         if self._tb.close():
             self._end_trace(out)
         if self._orphan is not None:  # an exception line without its frames ends the output
-            body, segment, line = self._orphan
+            body, shown, line = self._orphan
             self._orphan = None
-            self._exception(body, segment, None, out, None, line)
+            self._exception(body, shown, None, out, line, None, None)
         self._pending, self._head, self._closed = b"", None, True
         return out
 
@@ -200,6 +192,8 @@ class LiveClassifier(FailureLedger):
             if self._tb.state == IDLE and not self._matcher.every_line:
                 hit = finder.next(pos)
                 start = size if hit < 0 else max(pos, region.rfind(b"\n", pos, hit) + 1)
+                if self._orphan is not None and region[pos:start].strip():
+                    self._orphan = None  # output went on after it
                 self._skip(region, pos, start)
                 pos = start
                 if pos >= size:
@@ -207,61 +201,6 @@ class LiveClassifier(FailureLedger):
             pos = self._line(region, pos, out)
         last = region.rfind(b"\n", 0, max(0, size - 1))
         self._prev_line = region[last + 1 :][-4096:]
-
-    # --- progress in skipped text -------------------------------------------------
-
-    def _skip(self, region: bytes, start: int, end: int) -> None:
-        if start < end:
-            if self._orphan is not None and region[start:end].strip():
-                self._orphan = None  # output went on after it
-            lines = region.count(b"\n", start, end)
-            if self._want_progress:
-                self._scan_forward(region, start, end)
-            else:
-                self._scan_back(region, start, end, self._lines, lines)
-            self._lines += lines
-
-    def _scan_forward(self, region: bytes, start: int, end: int) -> None:
-        """Every progress segment and checkpoint line of skipped text, in order."""
-        line, counted, pos = self._lines + 1, start, start
-        for found in advance.CANDIDATE.finditer(region, start, end):
-            at = found.start()
-            if at < pos:
-                continue
-            seg_start, seg_end = segment_bounds(region, start, end, at)
-            line += region.count(b"\n", counted, seg_start)
-            counted = seg_start
-            self._progress(cut(region[seg_start:seg_end]), line)
-            pos = seg_end + 1
-            if not self._want_progress:  # trained, nothing waits: the cheap way for the rest
-                if pos < end:
-                    base = self._lines + region.count(b"\n", start, pos)
-                    self._scan_back(region, pos, end, base, region.count(b"\n", pos, end))
-                return
-
-    def _scan_back(self, region: bytes, start: int, end: int, base: int, total: int) -> None:
-        """The last progress segment and the last epoch among the WINDOW lines before `end`
-        (`base` lines come before `start`, `total` are in the piece)."""
-        want_last, words = True, BACK_WORDS
-        hi = end
-        while hi > start:
-            at = last_of(region, start, hi, end, words)
-            if at < 0:
-                return
-            seg_start, seg_end = segment_bounds(region, start, end, at)
-            after = region.count(b"\n", seg_start, end)
-            if after > WINDOW:
-                return
-            segment = cut(region[seg_start:seg_end])
-            mark = advance.parse(segment)
-            if mark is not None:
-                line = base + 1 + total - after
-                if want_last:
-                    self._last, want_last, words = (line, mark, segment), False, EPOCH_WORDS
-                if mark.epoch is not None:
-                    self._last_epoch = (line, mark, segment)
-                    return
-            hi = seg_start
 
     def _line(self, region: bytes, pos: int, out: list[Finding]) -> int:
         """Classify the segments of the line at `pos`; return where the next line starts."""
@@ -316,11 +255,12 @@ class LiveClassifier(FailureLedger):
             self._progress(body, line)
         signature = self._matcher.match(body)
         if role == EXCEPTION:
-            self._exception(body, segment, signature, out, self._tb.chain)
+            trace, self._trace = self._trace, None
+            self._exception(body, text_of(segment), signature, out, line, trace, tb.chain)
         elif signature is not None:
             self._add(signature, line, text_of(segment), None, out)
         elif tb.state == IDLE and is_orphan_exception(body):
-            self._orphan = (body, segment, line)  # counts if it ends the output (close)
+            self._orphan = (body, text_of(segment), line)  # counts if it ends the output
         elif CUDA_INIT_WARNING in body:
             self._gpu_init_warned = True
 
@@ -342,21 +282,21 @@ class LiveClassifier(FailureLedger):
     def _exception(
         self,
         body: bytes,
-        segment: bytes,
+        shown: str,
         signature: Signature | None,
         out: list[Finding],
+        line: int,
+        trace: Trace | None,
         chain: int | None,
-        line: int | None = None,
     ) -> None:
-        """The exception line that ends a traceback (`chain`), or stands alone (None)."""
-        trace, self._trace = self._trace, None
+        """The exception line `body` (`shown` in findings) at `line`, of the traceback
+        `trace` (of `chain`), or standing alone (None, None)."""
         if trace is not None and trace.printed == IGNORED_BY_PYTHON:
             return  # never raised
         marks = trace.marks if trace else None
         signature = signature or self._matcher.match_exception(body)
-        line = line or self._lines + 1
         if signature is not None:
-            self._add(signature, line, text_of(segment), chain, out, marks)
+            self._add(signature, line, shown, chain, out, marks)
             if signature.category == C.KILLED and trace is not None:
                 self._add_hint(trace, out)  # where the interrupt found the job
         elif trace is not None and trace.hint is not None:
@@ -365,7 +305,7 @@ class LiveClassifier(FailureLedger):
             text = body.decode("utf-8", "replace")
             if is_failure_exception(text) and not (trace and trace.printed):
                 trained = trace is not None and trace.trained
-                self._unknown_exception(text, line, text_of(segment), chain, marks, trained)
+                self._unknown_exception(text, line, shown, chain, marks, trained)
 
     def _end_trace(self, out: list[Finding]) -> None:
         """A traceback ended without its exception line: decide by what it showed."""
@@ -389,12 +329,8 @@ class LiveClassifier(FailureLedger):
             prefix = RANK_PREFIX.match(body)
             body = body[prefix.end() :].strip() if prefix else body
             if trace.last_frame and is_orphan_exception(body):  # the poster indented it all
-                signature = self._matcher.match(body) or self._matcher.match_exception(body)
-                if signature is not None:
-                    self._add(signature, line, text, trace.chain, out, trace.marks)
-                else:
-                    chain, marks = trace.chain, trace.marks
-                    self._unknown_exception(text, line, text, chain, marks, trace.trained)
+                signature = self._matcher.match(body)
+                self._exception(body, text, signature, out, line, trace, trace.chain)
             else:
                 self._cut_unknown(line, text, trace.chain, trace.marks)
 

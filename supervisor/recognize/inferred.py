@@ -88,7 +88,7 @@ NET_FAILURE = re.compile(
     r"|\b[Ss]ocket\b|[Tt]imed? ?out|[Tt]imeout|(?:reset|closed) by peer"
 )
 LINK_LOST = _built_in(
-    "distributed-link-lost",  # in C.INFERRED
+    C.INFERRED_LINK_LOST,
     C.NCCL_DISTRIBUTED,
     NET_FAILURE,
     "A process of a distributed job lost its connection to another (reset, refused, timed "
@@ -104,7 +104,7 @@ LINK_LOST = _built_in(
 # then dies of an exception no signature knows most likely died of it.
 CUDA_INIT_WARNING = b"CUDA initialization: "
 GPU_NOT_STARTED = _built_in(
-    "gpu-runtime-did-not-start",  # in C.INFERRED
+    C.INFERRED_GPU_NOT_STARTED,
     C.HIP_RUNTIME_INIT,
     re.compile(r"CUDA initialization: "),
     "torch warned that the GPU runtime failed to start, and the job then died of an "

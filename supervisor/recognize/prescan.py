@@ -8,7 +8,9 @@ segment and the last epoch before the end of each piece (a backward search).
 
 from __future__ import annotations
 
-from rsup.supervisor.recognize.ledger import WINDOW
+from rsup.supervisor.recognize import advance
+from rsup.supervisor.recognize.ledger import WINDOW, FailureLedger
+from rsup.supervisor.recognize.segments import cut
 
 # Literals one of which every progress segment holds (advance.parse needs them), and
 # one of which every segment showing an epoch holds.
@@ -65,3 +67,63 @@ class Finder:
                 self._next[key] = at
             best = at if best < 0 else min(best, at)
         return best
+
+
+class SkippedText(FailureLedger):
+    """The progress in text skipped in bulk: every segment while something waits for it,
+    else only the last progress segment and the last epoch (a backward search)."""
+
+    def __init__(self, *, progress_seen: bool = False):
+        super().__init__(progress_seen=progress_seen)
+        self._lines = 0  # "\n" seen so far
+
+    def _skip(self, region: bytes, start: int, end: int) -> None:
+        if start < end:
+            lines = region.count(b"\n", start, end)
+            if self._want_progress:
+                self._scan_forward(region, start, end)
+            else:
+                self._scan_back(region, start, end, self._lines, lines)
+            self._lines += lines
+
+    def _scan_forward(self, region: bytes, start: int, end: int) -> None:
+        """Every progress segment and checkpoint line of skipped text, in order."""
+        line, counted, pos = self._lines + 1, start, start
+        for found in advance.CANDIDATE.finditer(region, start, end):
+            at = found.start()
+            if at < pos:
+                continue
+            seg_start, seg_end = segment_bounds(region, start, end, at)
+            line += region.count(b"\n", counted, seg_start)
+            counted = seg_start
+            self._progress(cut(region[seg_start:seg_end]), line)
+            pos = seg_end + 1
+            if not self._want_progress:  # trained, nothing waits: the cheap way for the rest
+                if pos < end:
+                    base = self._lines + region.count(b"\n", start, pos)
+                    self._scan_back(region, pos, end, base, region.count(b"\n", pos, end))
+                return
+
+    def _scan_back(self, region: bytes, start: int, end: int, base: int, total: int) -> None:
+        """The last progress segment and the last epoch among the WINDOW lines before `end`
+        (`base` lines come before `start`, `total` are in the piece)."""
+        want_last, words = True, BACK_WORDS
+        hi = end
+        while hi > start:
+            at = last_of(region, start, hi, end, words)
+            if at < 0:
+                return
+            seg_start, seg_end = segment_bounds(region, start, end, at)
+            after = region.count(b"\n", seg_start, end)
+            if after > WINDOW:
+                return
+            segment = cut(region[seg_start:seg_end])
+            mark = advance.parse(segment)
+            if mark is not None:
+                line = base + 1 + total - after
+                if want_last:
+                    self._last, want_last, words = (line, mark, segment), False, EPOCH_WORDS
+                if mark.epoch is not None:
+                    self._last_epoch = (line, mark, segment)
+                    return
+            hi = seg_start
