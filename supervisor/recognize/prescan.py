@@ -47,13 +47,42 @@ def segment_bounds(region: bytes, start: int, end: int, at: int) -> tuple[int, i
     return seg_start, min(ends) if ends else end
 
 
+# Printable bytes from rare to common, as counted in the real logs of tests/corpus/: a
+# word whose rarest byte is not in a region cannot be there, and one memchr pass (`in`)
+# costs a fraction of a find of the word. Other bytes (space, control) count as common;
+# non-ASCII ones as about as common as "P".
+_RARE_FIRST = (
+    b"Q&Z$!J~?Y};{X@K`%#qV+Hj|WB<zM>*GUD^\\'OSPRLAITENF[x]wC\")(vk=987654ybf3,g-h2_mu1:.pd/0"
+    b"clsrnoiate"
+)
+_RARITY = {byte: rank for rank, byte in enumerate(_RARE_FIRST)}
+_NON_ASCII = _RARITY[ord("P")]
+
+
+def rarest_byte(word: bytes) -> bytes:
+    """The byte of `word` least likely to be in a region of training output."""
+    return bytes([min(word, key=_rank)])
+
+
+def _rank(byte: int) -> int:
+    return _RARITY.get(byte, _NON_ASCII if byte >= 0x80 else len(_RARE_FIRST))
+
+
 class Finder:
-    """Next offset of any trigger word in a region; each word is searched once per hit."""
+    """Next offset of any trigger word in a region; each word is searched once per hit,
+    and not at all when its rarest byte is missing from the region."""
 
     def __init__(self, region: bytes, words: tuple[bytes, ...], folded: tuple[bytes, ...]):
         self._region = region
         self._lowered = region.lower() if folded else region
-        self._next = {(w, False): -1 for w in words} | {(w, True): -1 for w in folded}
+        present: dict[tuple[bytes, bool], bool] = {}
+        self._next: dict[tuple[bytes, bool], int] = {}
+        for key in [(w, False) for w in words] + [(w, True) for w in folded]:
+            probe = (rarest_byte(key[0]), key[1])
+            if probe not in present:
+                present[probe] = probe[0] in (self._lowered if key[1] else region)
+            if present[probe]:
+                self._next[key] = -1
 
     def next(self, pos: int) -> int:
         """The first offset >= pos where a trigger word starts, or -1."""
