@@ -22,7 +22,10 @@ INFERRED_CONFIG_ERROR = "exception-before-training"
 # the weakest evidence, so a clean exit outweighs them.
 INFERRED_GPU_NOT_STARTED = "gpu-runtime-did-not-start"
 INFERRED_LINK_LOST = "distributed-link-lost"
-INFERRED = frozenset({INFERRED_CONFIG_ERROR, INFERRED_GPU_NOT_STARTED, INFERRED_LINK_LOST})
+INFERRED_GPU_WARNED = "gpu-runtime-broken-warning"
+INFERRED = frozenset(
+    {INFERRED_CONFIG_ERROR, INFERRED_GPU_NOT_STARTED, INFERRED_LINK_LOST, INFERRED_GPU_WARNED}
+)
 NONE = "none"
 
 CATEGORIES = (

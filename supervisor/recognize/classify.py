@@ -69,6 +69,7 @@ Speed: lines outside a traceback holding no trigger word are skipped in bulk (pr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -80,6 +81,8 @@ from rsup.supervisor.recognize.exitcodes import classify_exit as classify_exit
 from rsup.supervisor.recognize.inferred import (
     CUDA_INIT_WARNING,
     DISTRIBUTED_FRAME,
+    GPU_ABSENT,
+    GPU_WARNED,
     IGNORED_BY_PYTHON,
     TRAINED_FRAME,
     Trace,
@@ -105,6 +108,9 @@ from rsup.supervisor.recognize.tracebacks import (
 )
 from rsup.workers import constants as C
 
+# An exception line with no message after its colon: the message is on the next line.
+MESSAGE_NEXT = re.compile(rb"^\s*[\w.]*(?:Error|Exception):\s*$")
+
 
 class LiveClassifier(SkippedText):
     """Classifies a job's output fed in chunks of any size, as the file grows."""
@@ -123,6 +129,9 @@ class LiveClassifier(SkippedText):
         self._region, self._pos = b"", 0  # the region and offset of the line being read
         self._prev_line = b""  # the last line of the region before, for the line above
         self._orphan: tuple[bytes, str, int] | None = None  # a lone exception line, pending
+        # An exception line whose message is on the next line ("AssertionError: " then
+        # "Found no NVIDIA driver on your system."): decided with that line.
+        self._unsaid: tuple[bytes, str, int, Trace | None, int | None] | None = None
 
     @property
     def lines(self) -> int:
@@ -155,6 +164,7 @@ class LiveClassifier(SkippedText):
             self._lines -= 1  # the newline was ours, not the log's
         if self._tb.close():
             self._end_trace(out)
+        self._say(b"", out)
         if self._orphan is not None:  # an exception line without its frames ends the output
             body, shown, line = self._orphan
             self._orphan = None
@@ -189,7 +199,7 @@ class LiveClassifier(SkippedText):
         finder = Finder(region, self._matcher.words, self._matcher.words_ci)
         pos, size = 0, len(region)
         while pos < size:
-            if self._tb.state == IDLE and not self._matcher.every_line:
+            if self._tb.state == IDLE and not self._matcher.every_line and not self._unsaid:
                 hit = finder.next(pos)
                 start = size if hit < 0 else max(pos, region.rfind(b"\n", pos, hit) + 1)
                 if self._orphan is not None and region[pos:start].strip():
@@ -227,6 +237,8 @@ class LiveClassifier(SkippedText):
         segment = cut(segment)
         if self._orphan is not None and segment.strip():
             self._orphan = None  # output went on after it
+        if self._unsaid is not None and segment.strip():
+            self._say(segment.strip() if TB_HEADER not in segment else b"", out)
         prefix = RANK_PREFIX.match(segment) if segment[:1] in b"[(" else None
         body = segment[prefix.end() :] if prefix else segment
         if prefix:
@@ -256,6 +268,9 @@ class LiveClassifier(SkippedText):
         signature = self._matcher.match(body)
         if role == EXCEPTION:
             trace, self._trace = self._trace, None
+            if signature is None and MESSAGE_NEXT.match(body):
+                self._unsaid = (body, text_of(segment), line, trace, tb.chain)
+                return
             self._exception(body, text_of(segment), signature, out, line, trace, tb.chain)
         elif signature is not None:
             self._add(signature, line, text_of(segment), None, out)
@@ -263,6 +278,19 @@ class LiveClassifier(SkippedText):
             self._orphan = (body, text_of(segment), line)  # counts if it ends the output
         elif CUDA_INIT_WARNING in body:
             self._gpu_init_warned = True
+            if GPU_ABSENT not in body:  # a GPU is there and its runtime broke
+                self._add(GPU_WARNED, line, text_of(segment), None, out)
+
+    def _say(self, message: bytes, out: list[Finding]) -> None:
+        """Decide a held exception line (see _unsaid) with the `message` line under it."""
+        if self._unsaid is None:
+            return
+        body, shown, line, trace, chain = self._unsaid
+        self._unsaid = None
+        if message:
+            body = body.rstrip() + b" " + message
+            shown = text_of(body)
+        self._exception(body, shown, self._matcher.match(body), out, line, trace, chain)
 
     def _frame(self, body: bytes, segment: bytes, line: int) -> None:
         assert self._trace is not None

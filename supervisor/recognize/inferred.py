@@ -64,7 +64,7 @@ UNTRAINED = _built_in(
 )
 TRANSIENT = re.compile(
     r"\b(?:CUDA|HIP|NCCL)\b|[Cc]u(?:DNN|dnn|BLAS|blas)|CUDNN|CUBLAS|[Tt]ime[ds]? ?out|[Cc]onnect"
-    r"|HTTP|[Nn]etwork|[Tt]emporar|[Rr]esolve|\b(?:nan|NaN|inf|Inf)\b|infinite|finite"
+    r"|HTTP|[Nn]etwork|[Tt]emporar|[Rr]esolve|\b(?:nan|NaN|Nan|NAN|inf|Inf)\b|infinite|finite"
     r"|FloatingPoint|[Ll]oss scale|Input/output error|No space left|[Dd]isk quota|[Ii]nterrupt"
     r"|[Ss]ignal|[Mm]emory|[Dd]evice-side"
 )
@@ -74,12 +74,25 @@ _LOSS = re.compile(rb"\b(?:[Tt]rain(?:ing)?[ _])?[Ll]oss\b\s*[:=]?\s*\d")
 _NOT_TRAIN = re.compile(rb"(?:[Vv]al(?:id(?:ation)?)?|[Ee]val|[Tt]est)[ _]?$")
 
 
-def trains_by_loss(segment: bytes) -> bool:
-    """Whether a progress segment prints a training loss (see _LOSS)."""
+# A segment showing an epoch that says the epoch is over ("Epoch 1 of 30 took 28.3s").
+_EPOCH_OVER = re.compile(rb"\b(?:took|finished|completed?|done|ended)\b")
+
+
+def trains_by_loss(segment: bytes, epoch: int | None = None) -> bool:
+    """Whether a progress segment prints a training loss (see _LOSS), or, showing `epoch`,
+    says that epoch is over."""
+    if epoch is not None and _EPOCH_OVER.search(segment):
+        return True
     return any(
         not _NOT_TRAIN.search(segment, max(0, m.start() - 12), m.start())
         for m in _LOSS.finditer(segment)
     )
+
+
+# Exception messages only a job that trained can raise: a learning-rate schedule stepped
+# past its total (OneCycleLR: "Tried to step 60002 times. The specified number of total
+# steps is 60000").
+TRAINED_MESSAGE = re.compile(r"\bTried to step \d+ times\b")
 
 
 # A connection lost, in a job that runs several processes (rank prefixes, distributed frames).
@@ -112,6 +125,23 @@ GPU_NOT_STARTED = _built_in(
     "Probe the GPU again after a backoff; if it stays broken, fall back to the CPU.",
     "Read the reason in the warning (driver too old, driver/library mismatch, no device).",
     priority=CATEGORY_PRIORITY[C.UNKNOWN] + 2,  # inferred: any line a signature knows outranks it
+)
+
+# The same warning naming a GPU that is there but whose runtime broke (driver too old, CUDA
+# unknown error, error 802/803/804), not a machine without one ("Found no NVIDIA driver": a
+# CPU-only run may print that and be fine). A job that trains after it lived through it.
+GPU_ABSENT = b"CUDA initialization: Found no NVIDIA driver"
+GPU_WARNED = _built_in(
+    C.INFERRED_GPU_WARNED,
+    C.HIP_RUNTIME_INIT,
+    re.compile(r"CUDA initialization: "),
+    "torch warned that the GPU runtime failed to start on a machine with a GPU (driver too "
+    "old, driver and runtime mismatched, or an unknown CUDA error), and the job trained no "
+    "further: it had no GPU to use.",
+    "Probe the GPU again after a backoff; if it stays broken, fall back to the CPU.",
+    "Read the reason in the warning; reboot after a driver update, or install a torch built "
+    "for the installed driver.",
+    priority=CATEGORY_PRIORITY[C.HIP_RUNTIME_INIT] - 1,  # a line naming the cause outranks it
 )
 
 # What frames and the lines around a traceback tell (classify.py reads them).

@@ -13,6 +13,7 @@ from rsup.supervisor.recognize.inferred import (
     LINK_LOST,
     NET_FAILURE,
     STALLED,
+    TRAINED_MESSAGE,
     TRANSIENT,
     UNTRAINED,
     trains_by_loss,
@@ -93,7 +94,7 @@ class FailureLedger:
         if not self._trained:
             prior = self._last_epoch[1].epoch if self._last_epoch else None
             grew = prior is not None and mark.epoch is not None and mark.epoch > prior
-            self._trained = mark.trains or grew or trains_by_loss(segment)
+            self._trained = mark.trains or grew or trains_by_loss(segment, mark.epoch)
         if self._open:
             for hit in self._open:
                 assert hit.marks is not None
@@ -155,7 +156,7 @@ class FailureLedger:
         """An exception line no signature knows; `trained`: its traceback shows the job past
         training. What it is taken for (inferred.py): the GPU runtime torch warned did not
         start, a lost link between ranks, a config error before training, else unknown."""
-        trained = self._trained or trained
+        trained = self._trained or trained or bool(TRAINED_MESSAGE.search(text))
         if self._gpu_init_warned and not trained:
             sig: Signature | None = GPU_NOT_STARTED
         elif self._distributed and NET_FAILURE.search(text):

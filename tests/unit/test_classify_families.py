@@ -77,6 +77,37 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
     ("line", "expected"),
     [
         ("RuntimeError: CUDA error: operation not supported on this device", C.GPU_MEMORY_FAULT),
+        (
+            "E cuda_driver.cc:314] failed call to cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable "
+            "device is detected",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "Check failed: error == cudaSuccess (46 vs. 0)  all CUDA-capable devices are busy "
+            "or unavailable",
+            C.HIP_RUNTIME_INIT,
+        ),
+        ("CUDA kernel failed : invalid device function", C.HIP_RUNTIME_INIT),
+        (
+            "RuntimeError: CUDA failed with error forward compatibility was attempted on non "
+            "supported HW",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "UnknownError:  ncclCommInitRank failed: unhandled system error",
+            C.NCCL_DISTRIBUTED,
+        ),
+        (
+            "node5:240:240 [6] misc/socket.cc:533 NCCL WARN socketPollConnect: Connect to "
+            "10.0.0.4<56849> returned 113(No route to host) errno 115",
+            C.NCCL_DISTRIBUTED,
+        ),
+        (
+            "w-0:16:63 [0] NCCL INFO Call to connect returned Connection refused, retrying",
+            C.NCCL_DISTRIBUTED,
+        ),
+        ("Epoch 1 of 10:   0%|    | 0/10 [00:00<?, ?it/szsh: bus error  python", C.SEGFAULT_ABORT),
+        ("[1]    47124 abort      python segment/train.py --img 640", C.SEGFAULT_ABORT),
         ("RuntimeError: HIP error: hipErrorLaunchOutOfResources", C.GPU_MEMORY_FAULT),
         ("RuntimeError: Error: out of memory while building the graph", C.OOM),
         ("tensorflow ... OOM error while running the step", C.OOM),
@@ -169,8 +200,41 @@ def test_a_gpu_runtime_that_did_not_start_explains_a_later_unknown_death() -> No
     cut = TRACEBACK + '  File "train.py", line 93, in main\n    model.to(args.device\n'
     assert category(warned + cut) == C.HIP_RUNTIME_INIT
     assert category(warned + TRACEBACK + "RuntimeError: something\n") == C.HIP_RUNTIME_INIT
-    # alone, the warning is harmless: a job may go on on the CPU
-    assert category(warned + "YOLOv5 torch 1.8.0 CPU\n") == C.NONE
+    # a GPU is there and its runtime broke: the job trained no further, it had no GPU
+    assert category(warned + "YOLOv5 torch 1.8.0 CPU\n") == C.HIP_RUNTIME_INIT
+    # a job that trains after it lived through it (on the CPU)
+    assert category(warned + "Epoch 1/3: 10/100 loss 0.9\nEpoch 2/3: 20/100\n") == C.NONE
+
+
+def test_no_nvidia_driver_warned_alone_is_a_cpu_only_machine() -> None:
+    absent = (
+        "/venv/torch/cuda/__init__.py:52: UserWarning: CUDA initialization: Found no NVIDIA "
+        "driver on your system. Please check that you have an NVIDIA GPU and installed a "
+        "driver from http://www.nvidia.com/Download/index.aspx\n"
+        "  return torch._C._cuda_getDeviceCount() > 0\n"
+    )
+    assert category(absent + "YOLOv5 torch 1.8.0 CPU\n") == C.NONE
+    assert category(absent + TRACEBACK + "RuntimeError: something\n") == C.HIP_RUNTIME_INIT
+
+
+def test_an_exception_whose_message_is_on_the_next_line_is_read_with_it() -> None:
+    assert_first = TRACEBACK + '  File "t.py", line 3, in <module>\n    torch.cuda.FloatTensor(1)\n'
+    message = "Found no NVIDIA driver on your system. Please check that you\n"
+    assert category(assert_first + "AssertionError: \n" + message) == C.HIP_RUNTIME_INIT
+    # with no message at all it is still an exception no signature knows
+    assert category(assert_first + "AssertionError: \n") == C.CONFIG_ERROR
+
+
+def test_training_shown_by_an_epoch_that_ended_or_a_schedule_stepped_past_its_end() -> None:
+    error = TRACEBACK + '  File "t.py", line 9, in <module>\n    f()\nZeroDivisionError: x\n'
+    assert category("Epoch 1 of 30 took 28.3s\n" + error) == C.UNKNOWN
+    assert category("Epoch 1 of 30\n" + error) == C.CONFIG_ERROR
+    stepped = TRACEBACK + '  File "t.py", line 9, in <module>\n    sched.step()\n'
+    over = "ValueError: Tried to step 60002 times. The specified number of total steps is 60000\n"
+    assert category(stepped + over) == C.UNKNOWN
+    # NaN in TensorFlow's wording names values gone bad, not a setup mistake
+    nan = "InvalidArgumentError: Nan in summary histogram for: conv2d/kernel_0\n"
+    assert category(stepped + nan) == C.UNKNOWN
 
 
 def test_a_launchers_tag_before_each_line_is_read_past() -> None:
@@ -242,3 +306,12 @@ def test_a_stop_the_launcher_sends_after_a_rank_failed_does_not_hide_the_failure
     assert category("Epoch 2/10\n" + closing) == C.KILLED  # alone it is the cause
     hup = "W api.py:857] Sending process 4567 closing signal SIGHUP\n"
     assert category(rank + hup) == C.KILLED  # the launcher itself got SIGHUP and passes it on
+
+
+def test_an_nccl_connect_retry_that_training_follows_was_lived_through() -> None:
+    retry = "w-0:16:63 [0] NCCL INFO Call to connect returned Connection refused, retrying\n"
+    bar = "Epoch 1/3:  {n}%| | {n}/100 [00:01<00:19,  5.0it/s]\n"
+    assert category(bar.format(n=5) + retry) == C.NCCL_DISTRIBUTED
+    assert category(bar.format(n=5) + retry + bar.format(n=6)) == C.NONE
+    # an INFO line that names no failure is a healthy run's
+    assert category("w-0:16:63 [0] NCCL INFO Channel 00/02 :    0   1\n") == C.NONE
