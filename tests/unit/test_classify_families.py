@@ -89,6 +89,12 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
         ),
         ("CUDA kernel failed : invalid device function", C.HIP_RUNTIME_INIT),
         (
+            "[ 2742.46] [drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring page1 timeout, signaled "
+            "seq=2216, emitted seq=2218",
+            C.GPU_MEMORY_FAULT,
+        ),
+        ("[ 2742.46] amdgpu 0000:2b:00.0: amdgpu: GPU reset begin!", C.GPU_MEMORY_FAULT),
+        (
             "RuntimeError: CUDA failed with error forward compatibility was attempted on non "
             "supported HW",
             C.HIP_RUNTIME_INIT,
