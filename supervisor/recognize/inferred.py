@@ -148,14 +148,16 @@ GPU_WARNED = _built_in(
 # Frames of the distributed layer: the job runs several processes that talk to each other.
 DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod)[/\\]")
 # Frames that only run once the job has trained: saving a checkpoint (torch.save included),
-# picking the best metric, epoch-end hooks. An unknown exception under them is not a
-# config error, even when the excerpt shows no progress.
+# picking the best metric, epoch-end hooks, an evaluation the training loop calls with its
+# epoch ("self.evaluate(epoch, 'test')"). An unknown exception under them is not a config
+# error, even when the excerpt shows no progress.
 TRAINED_FRAME = re.compile(
     r'[/\\]torch[/\\]serialization\.py", line \d+, in _?save\b'
     r"|, in (?:_?save_checkpoint|_?save_model|save_pretrained|save_file"
     r"|_save_(?:topk|last)_checkpoint"
     r"|_determine_best_metric|_maybe_log_save_evaluate|(?:on_)?(?:validation|train|training)"
     r"_epoch_end|on_epoch_end)\b"
+    r"|\b\w*(?:eval|valid|[Tt]est)\w*\([^)]*\bepoch\b"
 )
 # The line above a traceback says it was only printed: Python ignored the exception (raised
 # in __del__, a weakref callback or at exit: never raised, whatever it says), or a logger

@@ -321,3 +321,17 @@ def test_an_nccl_connect_retry_that_training_follows_was_lived_through() -> None
     assert category(bar.format(n=5) + retry + bar.format(n=6)) == C.NONE
     # an INFO line that names no failure is a healthy run's
     assert category("w-0:16:63 [0] NCCL INFO Channel 00/02 :    0   1\n") == C.NONE
+
+
+def test_an_evaluation_the_training_loop_calls_with_its_epoch_shows_training() -> None:
+    def failing_in(call: str) -> str:
+        return (
+            TRACEBACK
+            + f'  File "main.py", line 54, in main_worker\n    {call}\n'
+            + '  File "train.py", line 182, in evaluate\n    loss = stat[epoch]\nKeyError: 10\n'
+        )
+
+    assert category(failing_in("trainer.test(epoch)")) == C.UNKNOWN
+    assert category(failing_in("eval_one_epoch(sess, model, epoch, n_epochs)")) == C.UNKNOWN
+    # an evaluation of its own (no epoch passed) is a run that never trained
+    assert category(failing_in("trainer.test(args.checkpoint)")) == C.CONFIG_ERROR
