@@ -89,6 +89,48 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
         ),
         ("CUDA kernel failed : invalid device function", C.HIP_RUNTIME_INIT),
         (
+            "W platform_util.cc:198] unable to create StreamExecutor for CUDA:0: INTERNAL: failed "
+            "call to cuDevicePrimaryCtxRetain: CUDA_ERROR_UNKNOWN: unknown error",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "jaxlib.xla_extension.XlaRuntimeError: FAILED_PRECONDITION: No visible GPU devices.",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "jaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. "
+            "Barrier_id: PjRT_Client_Connect.",
+            C.NCCL_DISTRIBUTED,
+        ),
+        (
+            "OSError: (External)  Nccl error, unhandled cuda error  (at collective_helper.cc:100)",
+            C.NCCL_DISTRIBUTED,
+        ),
+        (
+            "[1763]   1%|▏   | 24/1752 [01:08<1:22:56,  2.88s/it][rank5]:[E602 11:17:52.18 "
+            "ProcessGroupNCCL.cpp:632] [Rank 5] Watchdog caught collective operati",
+            C.NCCL_DISTRIBUTED,
+        ),
+        (
+            "slurmstepd: error: StepId=7284712.0 exceeded memory limit (1295467052032 > "
+            "1288490188800), being killed",
+            C.HOST_OOM,
+        ),
+        (
+            "(raylet) node_manager.cc:3277: 2 Workers (tasks / actors) killed due to memory "
+            "pressure (OOM), 0 Workers crashed due to other reasons",
+            C.HOST_OOM,
+        ),
+        ("CUDA Error: an illegal instruction was encountered", C.GPU_MEMORY_FAULT),
+        ("RuntimeError: Resource exhausted: Failed to allocate request for 100.00MiB", C.OOM),
+        (
+            "*** Error in `/opt/conda/bin/python': malloc(): memory corruption (fast): "
+            "0x000055a9cabee518 ***",
+            C.SEGFAULT_ABORT,
+        ),
+        # an old NCCL's WARN that InfiniBand is missing: it falls back to sockets
+        ("0623:350:457 [0] misc/ibvwrap.cu:60 WARN Failed to open libibverbs.so[.1]", C.NONE),
+        (
             "[ 2742.46] [drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring page1 timeout, signaled "
             "seq=2216, emitted seq=2218",
             C.GPU_MEMORY_FAULT,
