@@ -31,8 +31,12 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   broken pipe, a socket timeout) is `nccl_distributed`.
 - A traceback Python only printed ("Exception ignored in ...") or a logger printed while
   announcing a retry is not a failure. Frames that run only after training (torch.save,
-  save_checkpoint, picking the best metric, epoch-end hooks) and a printed training loss
-  count as training done.
+  save_checkpoint, picking the best metric, epoch-end hooks, an evaluation called with
+  the loop's epoch), a printed training loss, an epoch that says it ended ("took 28 s")
+  and a schedule stepped past its total ("Tried to step 60002 times") count as training
+  done.
+- An exception line with nothing after its colon (`AssertionError: `) is read with the
+  line under it, where torch and others print the message.
 - An exception line standing alone at column 0 (`KeyError: 'boxes'`, a dotted or CamelCase
   name ending in Error or Exception, outside any traceback) is the exception line of a
   traceback whose frames were not printed or not copied, and counts as one.
@@ -61,8 +65,16 @@ interrupt) or a kill right after a bar reporting over 1000 s per iteration is `h
 
 Config errors count as `config_error` only until the job has trained (a step counted in
 an epoch or by a `step` word, an epoch past the first, a checkpoint, or the caller's
-`progress_seen` / `note_progress()`); after that they are `unknown`. Loading bars alone
-(checkpoint shards, tokenising) are not training.
+`progress_seen` / `note_progress()`); after that they are `unknown`, and so is one the
+output shows training around after all (tqdm's last redraw of a bar, printed after the
+traceback, counts the steps done before it). Loading bars alone (checkpoint shards,
+tokenising) are not training.
+
+GPU runtime warnings: torch's "CUDA initialization: ..." warning naming a broken runtime
+on a machine with a GPU (driver too old, unknown error, error 802-804) is a survivable
+`hip_runtime_init`: a job that trains after it (on the CPU) lived through it. "Found no
+NVIDIA driver" alone is a CPU-only machine and harmless, unless the job then dies of an
+exception no signature knows before training.
 
 Speed: lines outside a traceback holding no trigger word are skipped in bulk (prescan.py).
 """

@@ -68,8 +68,23 @@ class FailureLedger:
         active = [h for h in self._hits if h.active]
         if not active:
             return Diagnosis(category=C.NONE)
-        root = max(range(len(active)), key=lambda i: (active[i].priority, -i))
-        return diagnosis_of(active[root], self._evidence(active[root]))
+        # training shown after a config error (a bar's last redraw counts the steps done
+        # before it): not a mistake in the setup after all
+        read = [self._after_training(h) for h in active] if self._trained else active
+        root = max(range(len(read)), key=lambda i: (read[i].priority, -i))
+        return diagnosis_of(read[root], self._evidence(active[root]))
+
+    @staticmethod
+    def _after_training(hit: Hit) -> Hit:
+        """A config error's hit as it reads once the job is known to have trained."""
+        if hit.finding.category != C.CONFIG_ERROR:
+            return hit
+        if hit.signature is UNTRAINED:  # inferred from "before training": no longer holds
+            unknown = replace(hit.finding, signature="", category=C.UNKNOWN)
+            return replace(hit, finding=unknown, signature=None,
+                           priority=CATEGORY_PRIORITY[C.UNKNOWN])  # fmt: skip
+        finding = replace(hit.finding, category=C.UNKNOWN)
+        return replace(hit, finding=finding, priority=CATEGORY_PRIORITY[C.UNKNOWN])
 
     def _evidence(self, root: Hit) -> list[tuple[int, str]]:
         hits = [

@@ -377,3 +377,19 @@ def test_an_evaluation_the_training_loop_calls_with_its_epoch_shows_training() -
     assert category(failing_in("eval_one_epoch(sess, model, epoch, n_epochs)")) == C.UNKNOWN
     # an evaluation of its own (no epoch passed) is a run that never trained
     assert category(failing_in("trainer.test(args.checkpoint)")) == C.CONFIG_ERROR
+
+
+def test_a_config_error_that_a_bars_last_redraw_shows_came_mid_training_is_unknown() -> None:
+    error = (
+        TRACEBACK
+        + '  File "collate.py", line 174, in collate_tensor_fn\n    torch.stack(batch)\n'
+        + "RuntimeError: stack expects each tensor to be equal size, but got [0] at entry 0 "
+        + "and [1024] at entry 1\n"
+    )
+    bar = "Epoch 0:   0%|▏   | 245/122081 [02:04<17:07:50,  1.98it/s, loss=1.23]\n"
+    assert category(error) == C.CONFIG_ERROR
+    assert category(error + "\n" + bar) == C.UNKNOWN
+    # an exception no signature knows, the same way
+    unknown = TRACEBACK + "KeyError: 'boxes'\n"
+    assert category(unknown) == C.CONFIG_ERROR
+    assert category(unknown + bar) == C.UNKNOWN
