@@ -5,9 +5,8 @@ returns at once the fatal lines that chunk completed, and `verdict()` names the 
 cause so far. Offline: `diagnose_file()` / `diagnose_text()` run the same classifier.
 
 Lines: numbers count "\\n" only, as `nl` and editors do. A "\\r" (a progress bar redraw)
-splits a line into segments matched one by one under the line's number; a segment is
-complete at its "\\r" or "\\n". Of a segment over 8 KiB only the first and last 4 KiB are
-kept. Bytes are decoded as UTF-8 with replacement, so binary garbage just matches nothing.
+splits a line into segments matched one by one under the line's number. Of a segment over
+8 KiB only the first and last 4 KiB are kept; bytes are decoded as UTF-8 with replacement.
 
 Root cause: a line is a failure when a `fatal: true` signature matches it and no
 `fatal: false` one (a warning) does. The highest priority wins, the earliest a tie: a
@@ -70,13 +69,10 @@ output shows training around after all (tqdm's last redraw of a bar, printed aft
 traceback, counts the steps done before it). Loading bars alone (checkpoint shards,
 tokenising) are not training.
 
-GPU runtime warnings: torch's "CUDA initialization: ..." warning naming a broken runtime
-on a machine with a GPU (driver too old, unknown error, error 802-804) is a survivable
-`hip_runtime_init`: a job that trains after it (on the CPU) lived through it. "Found no
-NVIDIA driver" alone is a CPU-only machine and harmless, unless the job then dies of an
-exception no signature knows before training.
-
-Speed: lines outside a traceback holding no trigger word are skipped in bulk (prescan.py).
+torch's "CUDA initialization: ..." warning of a broken runtime (driver too old, error
+802-804) is a survivable `hip_runtime_init`; "Found no NVIDIA driver" alone (a CPU-only
+machine) counts only when an unknown exception follows before training. Speed: lines
+outside a traceback holding no trigger word are skipped in bulk (prescan.py).
 """
 
 from __future__ import annotations
