@@ -122,6 +122,7 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
             C.HOST_OOM,
         ),
         ("CUDA Error: an illegal instruction was encountered", C.GPU_MEMORY_FAULT),
+        ("The node was low on resource: memory. Container train was using 61Gi", C.HOST_OOM),
         ("RuntimeError: Resource exhausted: Failed to allocate request for 100.00MiB", C.OOM),
         (
             "*** Error in `/opt/conda/bin/python': malloc(): memory corruption (fast): "
