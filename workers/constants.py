@@ -23,8 +23,17 @@ INFERRED_CONFIG_ERROR = "exception-before-training"
 INFERRED_GPU_NOT_STARTED = "gpu-runtime-did-not-start"
 INFERRED_LINK_LOST = "distributed-link-lost"
 INFERRED_GPU_WARNED = "gpu-runtime-broken-warning"
+INFERRED_LOSS_NOT_FINITE = "loss-not-finite-at-end"
+INFERRED_CONNECT_RETRY = "nccl-connect-retrying"
 INFERRED = frozenset(
-    {INFERRED_CONFIG_ERROR, INFERRED_GPU_NOT_STARTED, INFERRED_LINK_LOST, INFERRED_GPU_WARNED}
+    {
+        INFERRED_CONFIG_ERROR,
+        INFERRED_GPU_NOT_STARTED,
+        INFERRED_LINK_LOST,
+        INFERRED_GPU_WARNED,
+        INFERRED_LOSS_NOT_FINITE,
+        INFERRED_CONNECT_RETRY,
+    }
 )
 NONE = "none"
 

@@ -148,7 +148,8 @@ class AttemptMonitor:
             if report.kind == EVENT:
                 fields = dict(report.fields)
                 name = fields.pop("event")
-                if name == "fault_detected" and fields.get("category") in WEDGING:
+                wedging = fields.get("category") in WEDGING and not fields.get("survivable")
+                if name == "fault_detected" and wedging:
                     self._fault_seen()
                 if name == "checkpoint_saved" and self.limit_pending is not None:
                     self._hit_limit(f"{self.limit_pending}; stopped after the checkpoint of "

@@ -169,6 +169,8 @@ class AttemptWatcher:
             if f.signature not in self.faults_seen:
                 self.faults_seen.add(f.signature)
                 fields = {"signature": f.signature, "line": f.line, "text": f.text[:500]}
+                if f.survivable:  # the job may live through it: no reason to stop it early
+                    fields["survivable"] = True
                 reports.append(event("fault_detected", category=f.category, **fields))
         return reports
 

@@ -87,6 +87,8 @@ from rsup.supervisor.recognize.diagnosis import Diagnosis as Diagnosis
 from rsup.supervisor.recognize.diagnosis import Finding as Finding
 from rsup.supervisor.recognize.exitcodes import classify_exit as classify_exit
 from rsup.supervisor.recognize.inferred import (
+    CONNECT_RETRY,
+    CONNECT_RETRY_WORD,
     CUDA_INIT_WARNING,
     DISTRIBUTED_FRAME,
     GPU_ABSENT,
@@ -126,7 +128,8 @@ class LiveClassifier(SkippedText):
     def __init__(self, catalogue: Catalogue | None = None, *, progress_seen: bool = False):
         super().__init__(progress_seen=progress_seen)
         cat = catalogue or default_catalogue()
-        words = (TB_HEADER, *CHAIN_MARKERS, *FRAME_WORDS, *ORPHAN_WORDS, CUDA_INIT_WARNING)
+        words = (TB_HEADER, *CHAIN_MARKERS, *FRAME_WORDS, *ORPHAN_WORDS, CUDA_INIT_WARNING,
+                 CONNECT_RETRY_WORD)  # fmt: skip
         self._matcher = Matcher(cat, words)
         self._tb = Tracebacks()
         self._trace: Trace | None = None
@@ -245,10 +248,10 @@ class LiveClassifier(SkippedText):
         segment = cut(segment)
         if self._orphan is not None and segment.strip():
             self._orphan = None  # output went on after it
-        if self._unsaid is not None and segment.strip():
-            self._say(segment.strip() if TB_HEADER not in segment else b"", out)
         prefix = RANK_PREFIX.match(segment) if segment[:1] in b"[(" else None
         body = segment[prefix.end() :] if prefix else segment
+        if self._unsaid is not None and body.strip():
+            self._say(body.strip() if TB_HEADER not in body else b"", out)
         if prefix:
             self._distributed = True  # torchrun's rank prefixes
         tb = self._tb
@@ -286,8 +289,10 @@ class LiveClassifier(SkippedText):
             self._orphan = (body, text_of(segment), line)  # counts if it ends the output
         elif CUDA_INIT_WARNING in body:
             self._gpu_init_warned = True
-            if GPU_ABSENT not in body:  # a GPU is there and its runtime broke
+            if not GPU_ABSENT.search(body):  # a GPU is there and its runtime broke
                 self._add(GPU_WARNED, line, text_of(segment), None, out)
+        elif CONNECT_RETRY_WORD in body and CONNECT_RETRY.regex.search(text_of(body)):
+            self._add(CONNECT_RETRY, line, text_of(segment), None, out)
 
     def _say(self, message: bytes, out: list[Finding]) -> None:
         """Decide a held exception line (see _unsaid) with the `message` line under it."""
@@ -295,7 +300,7 @@ class LiveClassifier(SkippedText):
             return
         body, shown, line, trace, chain = self._unsaid
         self._unsaid = None
-        if message:
+        if message and self._matcher.match(message) is None:  # not a failure line of its own
             body = body.rstrip() + b" " + message
             shown = text_of(body)
         self._exception(body, shown, self._matcher.match(body), out, line, trace, chain)

@@ -14,6 +14,7 @@ class Finding:
     category: str
     line: int
     text: str
+    survivable: bool = False  # progress that advances after it excuses it
 
 
 @dataclass(frozen=True)

@@ -75,17 +75,45 @@ _NOT_TRAIN = re.compile(rb"(?:[Vv]al(?:id(?:ation)?)?|[Ee]val|[Tt]est)[ _]?$")
 
 
 # A segment showing an epoch that says the epoch is over ("Epoch 1 of 30 took 28.3s").
-_EPOCH_OVER = re.compile(rb"\b(?:took|finished|completed?|done|ended)\b")
+_EPOCH_OVER = re.compile(
+    rb"\b[Ee]poch\s*\[?\d+(?:\s*(?:/|of)\s*\d+)?\]?\s*:?\s*(?:took|finished|completed?|done|ended)\b"
+)
 
 
 def trains_by_loss(segment: bytes, epoch: int | None = None) -> bool:
     """Whether a progress segment prints a training loss (see _LOSS), or, showing `epoch`,
     says that epoch is over."""
-    if epoch is not None and _EPOCH_OVER.search(segment):
+    if epoch is not None and _EPOCH_OVER.search(segment):  # "Epoch 1 of 30 took 28.3s"
         return True
     return any(
         not _NOT_TRAIN.search(segment, max(0, m.start() - 12), m.start())
         for m in _LOSS.finditer(segment)
+    )
+
+
+# A training loss printed as NaN or infinite ("loss: nan", "'loss': inf"). On the last
+# progress line of the output, the training had diverged: every step after it was wasted.
+_LOSS_NOT_FINITE = re.compile(
+    rb"\b(?:[Tt]rain(?:ing)?[ _])?[Ll]oss\b['\"]?\s*[:=]?\s*\[?\s*[-+]?(?:nan|NaN|NAN|inf|Inf)\b"
+)
+LOSS_NOT_FINITE = _built_in(
+    C.INFERRED_LOSS_NOT_FINITE,
+    C.UNKNOWN,
+    re.compile(r"[Ll]oss"),
+    "The last progress line before the job ended prints the training loss as NaN or "
+    "infinite: the training had diverged.",
+    "Restart from the last checkpoint saved before the loss went NaN.",
+    "Lower the learning rate, add gradient clipping, or check the data for bad samples; "
+    "with AMP, check the loss scaler.",
+    priority=CATEGORY_PRIORITY[C.KILLED] + 1,  # outranks the stop it leads to
+)
+
+
+def loss_not_finite(segment: bytes) -> bool:
+    """Whether a progress segment prints a training loss that is NaN or infinite."""
+    return any(
+        not _NOT_TRAIN.search(segment, max(0, m.start() - 12), m.start())
+        for m in _LOSS_NOT_FINITE.finditer(segment)
     )
 
 
@@ -130,7 +158,10 @@ GPU_NOT_STARTED = _built_in(
 # The same warning naming a GPU that is there but whose runtime broke (driver too old, CUDA
 # unknown error, error 802/803/804), not a machine without one ("Found no NVIDIA driver": a
 # CPU-only run may print that and be fine). A job that trains after it lived through it.
-GPU_ABSENT = b"CUDA initialization: Found no NVIDIA driver"
+GPU_ABSENT = re.compile(
+    rb"CUDA initialization: (?:Found no NVIDIA driver|CUDA driver initialization failed, you "
+    rb"might not have a CUDA gpu)"
+)
 GPU_WARNED = _built_in(
     C.INFERRED_GPU_WARNED,
     C.HIP_RUNTIME_INIT,
@@ -141,7 +172,27 @@ GPU_WARNED = _built_in(
     "Probe the GPU again after a backoff; if it stays broken, fall back to the CPU.",
     "Read the reason in the warning; reboot after a driver update, or install a torch built "
     "for the installed driver.",
-    priority=CATEGORY_PRIORITY[C.HIP_RUNTIME_INIT] - 1,  # a line naming the cause outranks it
+    priority=CATEGORY_PRIORITY[C.UNKNOWN] + 2,  # inferred: any line a signature knows outranks it
+)
+
+# NCCL retrying a connection to another rank ("NCCL INFO Call to connect returned Connection
+# refused, retrying"). Normal while the nodes come up; a job whose output ends in it lost
+# its peer. Tried from the start of the line only, so linear on long lines.
+CONNECT_RETRY_WORD = b", retrying"
+_CONNECT_RETRY = re.compile(
+    r"^(?=.*\bNCCL INFO\b)(?=.*, retrying\b)"
+    r"(?=.*(?:[Rr]efused|[Nn]o route to host|[Uu]nreachable|[Tt]imed? ?out|[Rr]eset by peer))"
+)
+CONNECT_RETRY = _built_in(
+    C.INFERRED_CONNECT_RETRY,
+    C.NCCL_DISTRIBUTED,
+    _CONNECT_RETRY,
+    "NCCL could not connect to another rank and was still retrying when the output ended: "
+    "the peer is down or unreachable.",
+    "Restart all ranks from the last checkpoint (torchrun).",
+    "Check that every node started, MASTER_ADDR, NCCL_SOCKET_IFNAME and the firewall "
+    "between the nodes.",
+    priority=CATEGORY_PRIORITY[C.UNKNOWN] + 2,  # inferred: any line a signature knows outranks it
 )
 
 # What frames and the lines around a traceback tell (classify.py reads them).
@@ -157,7 +208,8 @@ TRAINED_FRAME = re.compile(
     r"|_save_(?:topk|last)_checkpoint"
     r"|_determine_best_metric|_maybe_log_save_evaluate|(?:on_)?(?:validation|train|training)"
     r"_epoch_end|on_epoch_end)\b"
-    r"|\b\w*(?:eval|valid|[Tt]est)\w*\([^)]*\bepoch\b"
+    r"|\b(?:\w+_)?(?:eval|evaluate|valid|validate|validation|test)(?:_\w+)?"
+    r"\((?:[^()]*,\s*)?epoch\s*[,)]"
 )
 # The line above a traceback says it was only printed: Python ignored the exception (raised
 # in __del__, a weakref callback or at exit: never raised, whatever it says), or a logger

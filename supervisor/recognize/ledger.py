@@ -11,11 +11,13 @@ from rsup.supervisor.recognize.diagnosis import Diagnosis, Finding
 from rsup.supervisor.recognize.inferred import (
     GPU_NOT_STARTED,
     LINK_LOST,
+    LOSS_NOT_FINITE,
     NET_FAILURE,
     STALLED,
     TRAINED_MESSAGE,
     TRANSIENT,
     UNTRAINED,
+    loss_not_finite,
     trains_by_loss,
 )
 from rsup.supervisor.recognize.segments import text_of
@@ -66,6 +68,10 @@ class FailureLedger:
     def verdict(self) -> Diagnosis:
         """The root cause among the failures seen so far; category "none" when there is none."""
         active = [h for h in self._hits if h.active]
+        if self._last and loss_not_finite(self._last[2]):  # the run ended diverged
+            line, _, segment = self._last
+            found = Finding(LOSS_NOT_FINITE.id, C.UNKNOWN, line, text_of(segment))
+            active.append(Hit(found, LOSS_NOT_FINITE, LOSS_NOT_FINITE.priority, None, False))
         if not active:
             return Diagnosis(category=C.NONE)
         # training shown after a config error (a bar's last redraw counts the steps done
@@ -153,7 +159,7 @@ class FailureLedger:
             category, priority = C.UNKNOWN, CATEGORY_PRIORITY[C.UNKNOWN]
         if category == C.KILLED:
             self._stalled_before(line, out)
-        finding = Finding(sig.id, category, line, text)
+        finding = Finding(sig.id, category, line, text, sig.survivable)
         if chain is not None:
             self._supersede(chain)
         self._store(Hit(finding, sig, priority, chain, sig.survivable), marks)

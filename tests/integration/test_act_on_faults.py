@@ -43,6 +43,17 @@ def test_a_lingering_gpu_fault_is_stopped_within_its_grace_and_restarted(
     assert status["attempts"] == 2
 
 
+def test_a_fault_the_job_may_live_through_starts_no_grace(rsupd: Rsupd, tmp_path: Path) -> None:
+    # a broken GPU runtime warned of, then a job that goes on on the CPU: not wedged
+    start(rsupd, tmp_path, "cpu", [sys.executable, str(FIXTURE), "cpu"],
+          hang={"fault_grace": 1, "timeout": 600})  # fmt: skip
+    seen = event(rsupd, "cpu", "fault_detected", 1)
+    assert seen["category"] == "hip_runtime_init" and seen["survivable"] is True
+    status = rsupd.wait_state("cpu", "succeeded", timeout=30)
+    assert status["attempts"] == 1
+    assert not [e for e in rsupd.events("cpu") if e["event"] == "fault_stuck"]
+
+
 def test_a_crash_behind_tee_is_a_failure_and_is_restarted(rsupd: Rsupd, tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     shell = f"{sys.executable} {FIXTURE} crash | tee {log}"  # no pipefail: exit 0

@@ -394,3 +394,58 @@ def test_a_config_error_that_a_bars_last_redraw_shows_came_mid_training_is_unkno
     unknown = TRACEBACK + "KeyError: 'boxes'\n"
     assert category(unknown) == C.CONFIG_ERROR
     assert category(unknown + bar) == C.UNKNOWN
+
+
+BROKEN_GPU = (
+    "UserWarning: CUDA initialization: The NVIDIA driver on your system is too old (found "
+    "version 10010).\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("after", "expected"),
+    [
+        (TRACEBACK + "ModuleNotFoundError: No module named 'timm'\n", C.CONFIG_ERROR),
+        ("Segmentation fault (core dumped)\n", C.SEGFAULT_ABORT),
+        ("RuntimeError: NCCL error in: x, unhandled system error\n", C.NCCL_DISTRIBUTED),
+        (TRACEBACK + "KeyboardInterrupt\n", C.KILLED),
+    ],
+)
+def test_a_cause_named_after_a_broken_gpu_warning_outranks_it(after: str, expected: str) -> None:
+    assert category(BROKEN_GPU + after) == expected
+
+
+def test_a_broken_gpu_warning_is_survivable_live_and_a_driverless_machine_is_no_fault() -> None:
+    found = LiveClassifier(shipped()).feed(BROKEN_GPU.encode())
+    assert [f.category for f in found] == [C.HIP_RUNTIME_INIT] and found[0].survivable
+    no_gpu = "UserWarning: CUDA initialization: CUDA driver initialization failed, you might "
+    assert category(no_gpu + "not have a CUDA gpu.\n") == C.NONE
+    # TensorFlow logs cuInit failing on a CPU-only machine, then trains on the CPU
+    tf = "E cuda_driver.cc:314] failed call to cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable\n"
+    epochs = "Epoch 1/2\n10/10 [====] - 1s - loss: 0.3\nEpoch 2/2\n10/10 [====] - 1s - loss: 0.2\n"
+    assert category(tf) == C.HIP_RUNTIME_INIT
+    assert category(tf + epochs) == C.NONE
+
+
+def test_an_exception_message_on_the_next_line_reads_past_rank_prefixes() -> None:
+    rank = "[rank0]: "
+    trace = "".join(rank + line + "\n" for line in TRACEBACK.splitlines())
+    text = trace + rank + "AssertionError: \n" + rank + "\n" + rank
+    assert category(text + "Torch not compiled with CUDA enabled\n") == C.HIP_RUNTIME_INIT
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Epoch 0: data loading done\n" + TRACEBACK + "FileNotFoundError: data/x\n",
+        TRACEBACK.rstrip("\n") + "\n    loader = get_test_loader(cfg, epoch=0)\nKeyError: 3\n",
+    ],
+)
+def test_setup_lines_are_not_training(text: str) -> None:
+    assert category(text) == C.CONFIG_ERROR
+
+
+def test_zsh_job_lines_and_an_info_line_naming_an_error() -> None:
+    assert category("[2]  + 1234 bus error  python a.py\n") == C.SEGFAULT_ABORT
+    info = "INFO: CUDA arch list includes sm_86; invalid device function means a wrong arch\n"
+    assert category(info) == C.NONE
