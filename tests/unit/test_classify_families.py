@@ -449,3 +449,19 @@ def test_zsh_job_lines_and_an_info_line_naming_an_error() -> None:
     assert category("[2]  + 1234 bus error  python a.py\n") == C.SEGFAULT_ABORT
     info = "INFO: CUDA arch list includes sm_86; invalid device function means a wrong arch\n"
     assert category(info) == C.NONE
+
+
+def test_a_run_whose_last_progress_line_prints_a_nan_loss_diverged() -> None:
+    row = "Epoch [1][{n}/742]  lr: 5.000e-05, time: 0.396, loss_cls: {v}, loss: {v}\n"
+    nan = row.format(n=658, v="nan") + row.format(n=659, v="nan")
+    diagnosis = diagnose_text(nan, catalogue=shipped())
+    assert diagnosis.category == C.UNKNOWN
+    assert diagnosis.signature == C.INFERRED_LOSS_NOT_FINITE and diagnosis.line == 2
+    # a loss that came back, or only a validation loss gone bad, is not a diverged run
+    assert category(nan + row.format(n=660, v="0.41")) == C.NONE
+    assert category("Epoch 3/10 step 5/9 train_loss: 0.4 val_loss: nan\n") == C.NONE
+    # the cause named when the run was stopped for it
+    assert (
+        category(nan + "slurmstepd: error: *** JOB 12 CANCELLED AT 2024 DUE TO TIME LIMIT ***\n")
+        == C.UNKNOWN
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 from dataclasses import replace
 
+import pytest
 from rsup.supervisor.core import step as core
 from rsup.supervisor.core.budget import Spent
 from rsup.supervisor.core.conclude import Evidence, conclude
@@ -179,9 +180,22 @@ def test_exit_zero_after_an_unrecovered_oom_is_an_oom_for_a_command_job() -> Non
     assert "wrapper script may hide the exit code" in first
 
 
-def test_a_clean_exit_outweighs_an_inferred_cause() -> None:
-    inferred = Diagnosis(C.CONFIG_ERROR, C.INFERRED_CONFIG_ERROR, [(4, "KeyError: 'x'")], 4)
+@pytest.mark.parametrize(
+    ("category", "signature"),
+    [
+        (C.CONFIG_ERROR, C.INFERRED_CONFIG_ERROR),
+        (C.HIP_RUNTIME_INIT, C.INFERRED_GPU_NOT_STARTED),
+        (C.HIP_RUNTIME_INIT, C.INFERRED_GPU_WARNED),
+        (C.NCCL_DISTRIBUTED, C.INFERRED_LINK_LOST),
+        (C.NCCL_DISTRIBUTED, C.INFERRED_CONNECT_RETRY),
+    ],
+)
+def test_a_clean_exit_outweighs_an_inferred_cause(category: str, signature: str) -> None:
+    inferred = Diagnosis(category, signature, [(4, "KeyError: 'x'")], 4)
     assert core.attempt_ended(job(), ended(inferred, code=0), NOW).state == S.SUCCEEDED
+
+
+def test_a_clean_exit_does_not_outweigh_a_known_fatal_line() -> None:
     known = Diagnosis(C.CONFIG_ERROR, "module-not-found", [(4, "ModuleNotFoundError: x")], 4)
     assert core.attempt_ended(job(), ended(known, code=0), NOW).state == S.FAILED
 
