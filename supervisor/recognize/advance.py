@@ -34,6 +34,9 @@ _WORD = re.compile(
     rb"(?:[Ss]tep|STEP|[Ii]ter(?:ation)?|ITER(?:ATION)?)\b[\s:#=]*(\d[\d,]*)(?:\s*/\s*(\d+))?"
 )
 _WORDS = (b"step", b"Step", b"STEP", b"iter", b"Iter", b"ITER")
+# "Batch 1206/1207": a batch counted against its total (a bare "batch 32" is a size).
+_BATCH = re.compile(rb"(?:[Bb]atch|BATCH)\b[\s:#=\[]*(\d[\d,]*)\s*/\s*(\d+)")
+_BATCH_WORDS = (b"batch", b"Batch", b"BATCH")
 _BEFORE = 24  # bytes before a "[" in which a bar's counter is looked for
 CHECKPOINT = re.compile(
     rb"\b(?:[Ss]av(?:ing|ed)|SAV(?:ING|ED)|[Ww]rote|[Ww]riting)\b[^\r\n]{0,40}?"
@@ -75,7 +78,7 @@ def parse(segment: bytes) -> Mark | None:
         mark = _bar(segment, bracket, epoch, epochs)
         if mark is not None:
             return mark
-    word = _match_word(segment, _WORDS, 0, _WORD)
+    word = _match_word(segment, _WORDS, 0, _WORD) or _match_word(segment, _BATCH_WORDS, 0, _BATCH)
     if word:
         at = word.start()
         key = segment[at : at + 4].lower() + (b"/" + word[2] if word[2] else b"")

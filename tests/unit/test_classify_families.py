@@ -122,6 +122,22 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
             C.HOST_OOM,
         ),
         ("CUDA Error: an illegal instruction was encountered", C.GPU_MEMORY_FAULT),
+        (
+            "E tensorflow/core/common_runtime/ring_reducer.cc:369] Aborting RingReduce with "
+            "Unavailable: Socket closed",
+            C.NCCL_DISTRIBUTED,
+        ),
+        (
+            "mxnet.base.MXNetError: [14:02:47] src/engine/threaded_engine.cc:320: Check failed: "
+            "device_count_ > 0 (-1 vs. 0) GPU usage requires at least 1 GPU",
+            C.HIP_RUNTIME_INIT,
+        ),
+        # the end of a tf.data epoch, logged by every TensorFlow run: not a failure
+        (
+            "W base_collective_executor.cc:217] BaseCollectiveExecutor::StartAbort Out of range: "
+            "End of sequence",
+            C.NONE,
+        ),
         ("The node was low on resource: memory. Container train was using 61Gi", C.HOST_OOM),
         ("RuntimeError: Resource exhausted: Failed to allocate request for 100.00MiB", C.OOM),
         (
@@ -465,3 +481,8 @@ def test_a_run_whose_last_progress_line_prints_a_nan_loss_diverged() -> None:
         category(nan + "slurmstepd: error: *** JOB 12 CANCELLED AT 2024 DUE TO TIME LIMIT ***\n")
         == C.UNKNOWN
     )
+
+
+def test_a_port_already_taken_is_a_config_error() -> None:
+    bind = "RuntimeError: The server socket has failed to bind to [::]:44796 (errno: 98 - "
+    assert category(TRACEBACK + bind + "Address already in use).\n") == C.CONFIG_ERROR

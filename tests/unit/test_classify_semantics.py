@@ -139,6 +139,9 @@ def test_counters_are_read_from_the_usual_formats() -> None:
     epoch3, val17 = parse(b"Epoch 3/10"), parse(b"val: 17/17 [00:04<00:00]")
     assert epoch3 is not None and val17 is not None
     assert marks.advanced_by(epoch3) and not marks.advanced_by(val17)
+    batch = parse(b"INFO: - [Epoch 1/150][Batch 1206/1207] BatchTime = 4.770 (s)")
+    assert batch is not None and (batch.epoch, batch.n, batch.trains) == (1, 1206, True)
+    assert parse(b"batch size 32") is None  # a size, not a count
 
 
 # --- 2. a traceback that ends the output is fatal ---------------------------------------------
