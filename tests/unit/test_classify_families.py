@@ -123,6 +123,11 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
         ),
         ("CUDA Error: an illegal instruction was encountered", C.GPU_MEMORY_FAULT),
         (
+            "pytorch_lightning.utilities.exceptions.MisconfigurationException: CUDAAccelerator "
+            "can not run on your system since the accelerator is not available.",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
             "E tensorflow/core/common_runtime/ring_reducer.cc:369] Aborting RingReduce with "
             "Unavailable: Socket closed",
             C.NCCL_DISTRIBUTED,
@@ -486,3 +491,9 @@ def test_a_run_whose_last_progress_line_prints_a_nan_loss_diverged() -> None:
 def test_a_port_already_taken_is_a_config_error() -> None:
     bind = "RuntimeError: The server socket has failed to bind to [::]:44796 (errno: 98 - "
     assert category(TRACEBACK + bind + "Address already in use).\n") == C.CONFIG_ERROR
+
+
+def test_tensorflow_reports_a_full_disk_as_resource_exhausted() -> None:
+    full = "tensorflow.python.framework.errors_impl.ResourceExhaustedError: model/variables; "
+    assert category(full + "No space left on device [Op:SaveV2]\n") == C.UNKNOWN
+    assert category("ResourceExhaustedError: OOM when allocating tensor\n") == C.OOM
