@@ -38,6 +38,10 @@ def _built_in(
     )
 
 
+# Causes inferred from what surrounds an exception or a warning are the weakest evidence:
+# any line a signature knows outranks them (and a clean exit does, conclude.py).
+INFERRED_PRIORITY = CATEGORY_PRIORITY[C.UNKNOWN] + 2
+
 # A hang seen in the counters, not in a line (advance.STALL_S).
 STALLED = _built_in(
     "stalled-progress",
@@ -137,7 +141,7 @@ LINK_LOST = _built_in(
     "Stop and restart the whole process group from the last checkpoint.",
     "Find the rank that failed first (its own error comes before this one); check the "
     "network between the nodes, MASTER_ADDR and MASTER_PORT.",
-    priority=CATEGORY_PRIORITY[C.UNKNOWN] + 2,  # inferred: any line a signature knows outranks it
+    priority=INFERRED_PRIORITY,
 )
 
 # torch's warning that the GPU runtime failed to start ("UserWarning: CUDA initialization:
@@ -152,7 +156,7 @@ GPU_NOT_STARTED = _built_in(
     "exception rsup does not know: most likely of the GPU it could not use.",
     "Probe the GPU again after a backoff; if it stays broken, fall back to the CPU.",
     "Read the reason in the warning (driver too old, driver/library mismatch, no device).",
-    priority=CATEGORY_PRIORITY[C.UNKNOWN] + 2,  # inferred: any line a signature knows outranks it
+    priority=INFERRED_PRIORITY,
 )
 
 # The same warning naming a GPU that is there but whose runtime broke (driver too old, CUDA
@@ -172,7 +176,7 @@ GPU_WARNED = _built_in(
     "Probe the GPU again after a backoff; if it stays broken, fall back to the CPU.",
     "Read the reason in the warning; reboot after a driver update, or install a torch built "
     "for the installed driver.",
-    priority=CATEGORY_PRIORITY[C.UNKNOWN] + 2,  # inferred: any line a signature knows outranks it
+    priority=INFERRED_PRIORITY,
 )
 
 # NCCL retrying a connection to another rank ("NCCL INFO Call to connect returned Connection
@@ -192,7 +196,7 @@ CONNECT_RETRY = _built_in(
     "Restart all ranks from the last checkpoint (torchrun).",
     "Check that every node started, MASTER_ADDR, NCCL_SOCKET_IFNAME and the firewall "
     "between the nodes.",
-    priority=CATEGORY_PRIORITY[C.UNKNOWN] + 2,  # inferred: any line a signature knows outranks it
+    priority=INFERRED_PRIORITY,
 )
 
 # What frames and the lines around a traceback tell (classify.py reads them).
