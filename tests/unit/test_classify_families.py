@@ -123,6 +123,30 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
         ),
         ("CUDA Error: an illegal instruction was encountered", C.GPU_MEMORY_FAULT),
         (
+            "RuntimeError: InnerRunOpApi:OpParamMaker.cpp:281 OPS function error: "
+            "HcclAllreduce, error code is 6",
+            C.NCCL_DISTRIBUTED,
+        ),
+        (
+            "  what():  unhandled cuda error at [/paddle/fluid/platform/nccl_helper.h:70]",
+            C.NCCL_DISTRIBUTED,
+        ),
+        (
+            "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on "
+            "memory.",
+            C.HOST_OOM,
+        ),
+        (
+            "E cuda_driver.cc:152] failed call to cuInit: INTERNAL: CUDA error: Failed call to "
+            "cuInit: CUDA_ERROR_UNKNOWN: unknown error",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "RuntimeError: cuda runtime error (802) : system not yet initialized at THCGeneral.cpp",
+            C.HIP_RUNTIME_INIT,
+        ),
+        ("E ../checkpoint/model.ckpt-10051.tempstate138; No space left on device", C.UNKNOWN),
+        (
             "pytorch_lightning.utilities.exceptions.MisconfigurationException: CUDAAccelerator "
             "can not run on your system since the accelerator is not available.",
             C.HIP_RUNTIME_INIT,
