@@ -521,3 +521,8 @@ def test_tensorflow_reports_a_full_disk_as_resource_exhausted() -> None:
     full = "tensorflow.python.framework.errors_impl.ResourceExhaustedError: model/variables; "
     assert category(full + "No space left on device [Op:SaveV2]\n") == C.UNKNOWN
     assert category("ResourceExhaustedError: OOM when allocating tensor\n") == C.OOM
+
+
+def test_values_gone_bad_in_a_distribution_are_not_a_setup_mistake() -> None:
+    invalid = "ValueError: The parameter loc has invalid values\n"
+    assert category(TRACEBACK + invalid) == C.UNKNOWN
