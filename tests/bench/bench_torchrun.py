@@ -171,7 +171,7 @@ def torchrun_trial(folder: Path, env: dict[str, str]) -> dict[str, float] | None
         marks = wait_until(
             lambda: milestones(read_events(events_path), old) or proc.poll() is not None,
             RECOVERY_TIMEOUT, "torchrun's new group", 0.01)  # fmt: skip
-    except RuntimeError:  # still trying: a rank stuck meeting its peers
+    except AssertionError:  # timed out still trying: a rank stuck meeting its peers
         marks = True
     finally:
         kill_tree(proc)
