@@ -128,7 +128,7 @@ def rsup_trial(bench: Bench, name: str, max_restarts: int) -> dict[str, float] |
 
     try:
         n, marks = wait_until(formed, TIMEOUT, "the new group", 0.01)
-    except RuntimeError:
+    except AssertionError:  # timed out
         log(f"rsup did not bring {name} back in {TIMEOUT:g} s")
         return None
     finally:
