@@ -89,9 +89,14 @@ def trains_by_loss(segment: bytes, epoch: int | None = None) -> bool:
     says that epoch is over."""
     if epoch is not None and _EPOCH_OVER.search(segment):  # "Epoch 1 of 30 took 28.3s"
         return True
+    return _training_loss(_LOSS, segment)
+
+
+def _training_loss(loss: re.Pattern[bytes], segment: bytes) -> bool:
+    """Whether `loss` matches in `segment` where no validation or test word precedes it."""
     return any(
         not _NOT_TRAIN.search(segment, max(0, m.start() - 12), m.start())
-        for m in _LOSS.finditer(segment)
+        for m in loss.finditer(segment)
     )
 
 
@@ -115,10 +120,7 @@ LOSS_NOT_FINITE = _built_in(
 
 def loss_not_finite(segment: bytes) -> bool:
     """Whether a progress segment prints a training loss that is NaN or infinite."""
-    return any(
-        not _NOT_TRAIN.search(segment, max(0, m.start() - 12), m.start())
-        for m in _LOSS_NOT_FINITE.finditer(segment)
-    )
+    return _training_loss(_LOSS_NOT_FINITE, segment)
 
 
 # Exception messages only a job that trained can raise: a learning-rate schedule stepped

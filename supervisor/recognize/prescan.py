@@ -8,6 +8,8 @@ segment and the last epoch before the end of each piece (a backward search).
 
 from __future__ import annotations
 
+import functools
+
 from rsup.supervisor.recognize import advance
 from rsup.supervisor.recognize.ledger import WINDOW, FailureLedger
 from rsup.supervisor.recognize.segments import cut
@@ -59,6 +61,7 @@ _RARITY = {byte: rank for rank, byte in enumerate(_RARE_FIRST)}
 _NON_ASCII = _RARITY[ord("P")]
 
 
+@functools.cache  # the trigger words are few and fixed: ranked once, not per chunk
 def rarest_byte(word: bytes) -> bytes:
     """The byte of `word` least likely to be in a region of training output."""
     return bytes([min(word, key=_rank)])
