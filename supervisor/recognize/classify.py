@@ -120,6 +120,7 @@ from rsup.workers import constants as C
 
 # An exception line with no message after its colon: the message is on the next line.
 MESSAGE_NEXT = re.compile(rb"^\s*[\w.]*(?:Error|Exception):\s*$")
+ALONE = -1  # the chain of such a line outside any traceback (see _unsaid)
 
 
 class LiveClassifier(SkippedText):
@@ -286,7 +287,10 @@ class LiveClassifier(SkippedText):
         elif signature is not None:
             self._add(signature, line, text_of(segment), None, out)
         elif tb.state == IDLE and is_orphan_exception(body):
-            self._orphan = (body, text_of(segment), line)  # counts if it ends the output
+            if MESSAGE_NEXT.match(body):  # "RuntimeError:" alone, its message under it
+                self._unsaid = (body, text_of(segment), line, None, ALONE)
+            else:
+                self._orphan = (body, text_of(segment), line)  # counts if it ends the output
         elif CUDA_INIT_WARNING in body:
             self._gpu_init_warned = True
             if not GPU_ABSENT.search(body):  # a GPU is there and its runtime broke
@@ -303,7 +307,13 @@ class LiveClassifier(SkippedText):
         if message and self._matcher.match(message) is None:  # not a failure line of its own
             body = body.rstrip() + b" " + message
             shown = text_of(body)
-        self._exception(body, shown, self._matcher.match(body), out, line, trace, chain)
+        signature = self._matcher.match(body)
+        if chain != ALONE:
+            self._exception(body, shown, signature, out, line, trace, chain)
+        elif (signature := signature or self._matcher.match_exception(body)) is not None:
+            self._add(signature, line, shown, None, out)
+        else:
+            self._orphan = (body, shown, line)  # counts if the output ends with its message
 
     def _frame(self, body: bytes, segment: bytes, line: int) -> None:
         assert self._trace is not None

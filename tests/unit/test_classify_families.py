@@ -241,6 +241,23 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
         ),
         ("WARNING: non-finite loss, ending training  tensor([nan, 0.2])", C.UNKNOWN),
         ("  exitcode  : -9 (pid: 4242)", C.HOST_OOM),
+        ("165376/296960 [=====>.....] - ETA: 365s - loss: 2.1371Killed", C.HOST_OOM),
+        (
+            "libc++abi: terminating due to uncaught exception of type std::runtime_error: [METAL] "
+            "Command buffer execution failed: Insufficient Memory "
+            "(00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)",
+            C.OOM,
+        ),
+        (
+            "xgboost.core.XGBoostError: Memory allocation error on worker 0: std::bad_alloc: "
+            "out_of_memory: CUDA error at: /opt/conda/include/rmm/mr/device/cuda_memory_resource",
+            C.OOM,
+        ),
+        (
+            "h:74737:75914 [1] transport/net_socket.cc:488 NCCL WARN NET/Socket : peer "
+            "10.0.5.194<41988> message truncated : receiving 4 bytes instead of 2.",
+            C.NCCL_DISTRIBUTED,
+        ),
         ("worker 3 was stopped with SIGKILL", C.HOST_OOM),
         ("  exitcode  : -15 (pid: 4242)", C.KILLED),
         ("[rank: 3] Received SIGTERM: 15", C.KILLED),
@@ -393,6 +410,36 @@ def test_a_lone_exception_line_counts_only_where_it_ends_the_output() -> None:
     assert category("Loading data\nMeanSquaredError: 0.0234\n") == C.NONE  # a metric
 
 
+def test_a_lone_exception_line_with_its_message_under_it() -> None:
+    spawn = "RuntimeError:\n        An attempt has been made to start a new process before the\n"
+    assert category(spawn + "        current process has finished its bootstrapping phase.\n"
+                    "more output\n") == C.DATALOADER_WORKER  # fmt: skip
+    # unknown to every signature: counts, as any lone exception line, only at the end
+    assert category("setup\nValueError:\n  bad value in cfg\n") == C.CONFIG_ERROR
+    assert category("setup\nValueError:\n  bad value in cfg\nEpoch 1/3 loss 0.3\n") == C.NONE
+
+
+def test_nccls_return_code_trace_is_a_failure_and_its_other_info_lines_are_not() -> None:
+    trace = "h:687:748 [0] NCCL INFO init.cc:903 -> 2\n"
+    assert category("Epoch 2/10\n" + trace) == C.NCCL_DISTRIBUTED
+    assert category(trace + "Epoch 1/10 loss 0.5\nEpoch 2/10 loss 0.4\n") == C.NONE  # lived
+    healthy = "h:687:748 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/IPC\n"
+    assert category("Epoch 2/10\n" + healthy) == C.NONE
+    checked_in = "h:1:2 [0] bootstrap.cc:131 NCCL WARN Bootstrap Root : rank 1 of 8 ranks has "
+    assert category(checked_in + "already checked in\n") == C.NCCL_DISTRIBUTED
+
+
+def test_torchs_words_for_a_gpu_it_cannot_use_even_printed_as_a_warning() -> None:
+    too_old = "The NVIDIA driver on your system is too old (found version 6050).\n"
+    assert category(too_old) == C.HIP_RUNTIME_INIT
+    arch = (
+        "  NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the "
+        "current PyTorch installation.\n"
+    )
+    assert category(arch) == C.HIP_RUNTIME_INIT
+    assert category(arch + "Epoch 1/10 loss 0.5\nEpoch 2/10 loss 0.4\n") == C.NONE  # lived
+
+
 def test_a_stop_the_launcher_sends_after_a_rank_failed_does_not_hide_the_failure() -> None:
     rank = "[rank1]: " + TRACEBACK.replace("\n  ", "\n[rank1]:   ") + "[rank1]: KeyError: 'l'\n"
     closing = "W api.py:857] Sending process 4567 closing signal SIGTERM\n"
@@ -515,6 +562,14 @@ def test_a_run_whose_last_progress_line_prints_a_nan_loss_diverged() -> None:
 def test_a_port_already_taken_is_a_config_error() -> None:
     bind = "RuntimeError: The server socket has failed to bind to [::]:44796 (errno: 98 - "
     assert category(TRACEBACK + bind + "Address already in use).\n") == C.CONFIG_ERROR
+    # the store's own words once every address failed, after two warnings saying why
+    listen = "[E socket.cpp:435] [c10d] The server socket has failed to listen on any local "
+    assert category(listen + "network address.\n") == C.CONFIG_ERROR
+
+
+def test_hydra_could_not_build_what_the_config_names() -> None:
+    hydra = "Error in call to target 'tactile_ssl.data.VisionTactileDataset':\n"
+    assert category(hydra + "ConfigAttributeError('Missing key sensor')\n") == C.CONFIG_ERROR
 
 
 def test_tensorflow_reports_a_full_disk_as_resource_exhausted() -> None:
