@@ -38,6 +38,20 @@ def test_frames_that_run_only_after_training_make_an_unknown_exception_unknown()
     assert category(best) == C.UNKNOWN
     hook = '  File "seg.py", line 292, in validation_epoch_end\nIndexError: index 4\n'
     assert category(hook) == C.UNKNOWN
+    evaluation = TRACEBACK + '  File "main.py", line 160, in online_eval\n'
+    assert category(evaluation + "IndexError: list index out of range\n") == C.UNKNOWN
+    hooks = TRACEBACK + '  File "/mmdet/core/evaluation/eval_hooks.py", line 9, in after\n'
+    assert category(hooks + "KeyError: 'bbox_mAP'\n") == C.UNKNOWN
+    notebook = (
+        "ValueError                                Traceback (most recent call last)\n"
+        "<ipython-input-57-d7f77272d4ef> in <cell line: 11>()\n"
+        "---> 11 trainer.train()\n"
+        "/usr/local/lib/python3.10/dist-packages/safetensors/torch.py in _tobytes(tensor, name)\n"
+        "    413     if not tensor.is_contiguous():\n"
+    )
+    assert category(notebook + "ValueError: You are trying to save a tensor\n") == C.UNKNOWN
+    checked = TRACEBACK + '  File "cfg.py", line 3, in validate_config\n'
+    assert category(checked + "ValueError: lr must be > 0\n") == C.CONFIG_ERROR
     # the same exception under setup frames is the job's setup
     setup = TRACEBACK + '  File "t.py", line 3, in build_model\n' + "KeyError: 'x'\n"
     assert category(setup) == C.CONFIG_ERROR
@@ -463,12 +477,12 @@ def test_an_evaluation_the_training_loop_calls_with_its_epoch_shows_training() -
         return (
             TRACEBACK
             + f'  File "main.py", line 54, in main_worker\n    {call}\n'
-            + '  File "train.py", line 182, in evaluate\n    loss = stat[epoch]\nKeyError: 10\n'
+            + '  File "train.py", line 182, in run_split\n    loss = stat[epoch]\nKeyError: 10\n'
         )
 
     assert category(failing_in("trainer.test(epoch)")) == C.UNKNOWN
     assert category(failing_in("eval_one_epoch(sess, model, epoch, n_epochs)")) == C.UNKNOWN
-    # an evaluation of its own (no epoch passed) is a run that never trained
+    # a test of its own (no epoch passed) is a run that never trained
     assert category(failing_in("trainer.test(args.checkpoint)")) == C.CONFIG_ERROR
 
 
