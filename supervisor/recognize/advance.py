@@ -3,7 +3,8 @@
 A progress segment is one line, or one "\\r" redraw of a bar, that shows a counter: an
 epoch (`Epoch 3/10`, `epoch: 5`, `[Epoch 10/250]`, an Ultralytics row `  3/100  2.61G ...`)
 and/or a step counter (tqdm and Keras bars `34/54 [`, `17671it [`, `[ 120/1251]`,
-`step 100/600`, `Iter 2040/2068`, `Step #4000`); every one holds a "/", "it [",
+`step 100/600`, `Iter 2040/2068`, `Step #4000`, a Hugging Face Trainer row's
+`'epoch': 0.53`); every one holds a "/", "it [",
 "poch", "POCH", "tep", "TEP", "iter", "Iter" or "ITER". A step counter is told apart from the
 counters of other rows by its key: the total it counts to, or its word (`step`, `it`).
 
@@ -38,6 +39,10 @@ _WORDS = (b"step", b"Step", b"STEP", b"iter", b"Iter", b"ITER")
 _BATCH = re.compile(rb"(?:[Bb]atch|BATCH)\b[\s:#=\[]*(\d[\d,]*)\s*/\s*(\d+)")
 _BATCH_WORDS = (b"batch", b"Batch", b"BATCH")
 _BEFORE = 24  # bytes before a "[" in which a bar's counter is looked for
+# A Hugging Face Trainer log row ("{'loss': 0.69, 'learning_rate': 5e-05, 'epoch': 0.53}"):
+# its fractional epoch counts the steps taken (in ten-thousandths of an epoch).
+_HF_ROW = re.compile(rb"^\s*\{.*'epoch': (\d+(?:\.\d+)?)\}")
+_HF_SCALE = 10_000
 CHECKPOINT = re.compile(
     rb"\b(?:[Ss]av(?:ing|ed)|SAV(?:ING|ED)|[Ww]rote|[Ww]riting)\b[^\r\n]{0,40}?"
     rb"\b(?:[Cc]heckpoint|CHECKPOINT|ckpt|[Mm]odel|MODEL|[Ww]eights)\b|\b[Cc]heckpoint saved\b"
@@ -66,6 +71,10 @@ class Mark(NamedTuple):
 
 def parse(segment: bytes) -> Mark | None:
     """The counters of a segment, or None when it shows none."""
+    if b"'epoch': " in segment:  # a Hugging Face Trainer log row
+        row = _HF_ROW.search(segment)
+        if row is not None:
+            return Mark(key=b"'epoch'", n=round(float(row[1]) * _HF_SCALE), worded=True)
     epoch = epochs = None
     found = _ROW.match(segment) if b"G" in segment else None
     if found is None:

@@ -595,3 +595,15 @@ def test_tensorflow_reports_a_full_disk_as_resource_exhausted() -> None:
 def test_values_gone_bad_in_a_distribution_are_not_a_setup_mistake() -> None:
     invalid = "ValueError: The parameter loc has invalid values\n"
     assert category(TRACEBACK + invalid) == C.UNKNOWN
+
+
+def test_hugging_face_trainer_rows_are_progress() -> None:
+    def row(epoch: float) -> str:
+        return f"{{'loss': 0.69, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': {epoch}}}\n"
+
+    missing = TRACEBACK + "FileNotFoundError: [Errno 2] No such file or directory: 'x.json'\n"
+    assert category(row(0.0) + missing) == C.CONFIG_ERROR  # no step taken yet
+    assert category(row(0.53) + missing) == C.UNKNOWN  # the job had trained
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    assert category(row(0.5) + oom + row(0.5)) == C.OOM  # the same row again: a redraw
+    assert category(row(0.5) + oom + row(0.5) + row(0.51)) == C.NONE  # it went on
