@@ -257,6 +257,15 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
         ("  exitcode  : -9 (pid: 4242)", C.HOST_OOM),
         ("165376/296960 [=====>.....] - ETA: 365s - loss: 2.1371Killed", C.HOST_OOM),
         (
+            "onnxruntime::CudaCall CUDA failure 2: out of memory ; GPU=0 ; hostname=DESKTOP ; "
+            "expr=cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);",
+            C.OOM,
+        ),
+        (
+            "GPUAccelerator can not run on your system since the accelerator is not available.",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
             "libc++abi: terminating due to uncaught exception of type std::runtime_error: [METAL] "
             "Command buffer execution failed: Insufficient Memory "
             "(00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)",
@@ -579,6 +588,14 @@ def test_a_port_already_taken_is_a_config_error() -> None:
     # the store's own words once every address failed, after two warnings saying why
     listen = "[E socket.cpp:435] [c10d] The server socket has failed to listen on any local "
     assert category(listen + "network address.\n") == C.CONFIG_ERROR
+
+
+def test_the_details_under_a_config_validation_error() -> None:
+    pydantic = "decoder.clip\n  Field required [type=missing, input_value={}, input_type=dict]\n"
+    visit = "    For further information visit https://errors.pydantic.dev/2.4/v/missing\n"
+    assert category(pydantic + visit) == C.CONFIG_ERROR
+    omegaconf = "Key 'period' not in 'ModelCheckpointConf'\n    full_key: checkpoint.period\n"
+    assert category(omegaconf + "    object_type=ModelCheckpointConf\n") == C.CONFIG_ERROR
 
 
 def test_hydra_could_not_build_what_the_config_names() -> None:
