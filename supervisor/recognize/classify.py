@@ -325,6 +325,12 @@ class LiveClassifier(SkippedText):
             self._trace.trained = True
         if DISTRIBUTED_FRAME.search(text):
             self._distributed = True
+        line_of = body.strip()
+        if is_orphan_exception(line_of):  # an exception line the poster indented with the rest
+            sig = self._matcher.match(line_of) or self._matcher.match_exception(line_of)
+            if sig is not None:
+                self._trace.hint = (sig, line, text_of(segment))
+                return
         for sig in self._matcher.frame_sigs:
             if any(k in body for k in sig.keywords) and sig.regex.search(text):
                 self._trace.hint = (sig, line, text_of(segment))  # deeper frames replace it

@@ -590,6 +590,28 @@ def test_a_port_already_taken_is_a_config_error() -> None:
     assert category(listen + "network address.\n") == C.CONFIG_ERROR
 
 
+def test_a_list_of_what_might_have_happened_names_no_cause() -> None:
+    ray = (
+        "(raylet) A worker died or was killed while executing a task by an unexpected system "
+        "error. Worker exit type: SYSTEM_ERROR. There are some potential root causes. (1) The "
+        "process is killed by SIGKILL by OOM killer due to high memory usage. (2) ray stop\n"
+    )
+    watchdog = "[rank1]:[E1224 13:23:05.48 ProcessGroupNCCL.cpp:542] [Rank 12] Collective\n"
+    assert category("Epoch 2/10\n" + ray + watchdog) == C.NCCL_DISTRIBUTED
+
+
+def test_an_exception_line_indented_with_its_traceback_counts() -> None:
+    indented = (
+        '    File "/envs/lib/python3.8/site-packages/torch/distributed/distributed_c10d.py", '
+        "line 2420, in barrier\n"
+        "      work = default_pg.barrier(opts=opts)\n"
+        "  RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:825, invalid usage\n"
+        "  vm1:7389:7453 [0] NCCL INFO init.cc:665 -> 2\n"
+        "  v"
+    )
+    assert category(indented) == C.NCCL_DISTRIBUTED
+
+
 def test_the_details_under_a_config_validation_error() -> None:
     pydantic = "decoder.clip\n  Field required [type=missing, input_value={}, input_type=dict]\n"
     visit = "    For further information visit https://errors.pydantic.dev/2.4/v/missing\n"
