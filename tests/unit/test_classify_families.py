@@ -257,6 +257,15 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
         ("  exitcode  : -9 (pid: 4242)", C.HOST_OOM),
         ("165376/296960 [=====>.....] - ETA: 365s - loss: 2.1371Killed", C.HOST_OOM),
         (
+            "F0407 01:31:07.673615  5759 math_functions.cpp:250] Check failed: a <= b (0 vs. -1)",
+            C.SEGFAULT_ABORT,
+        ),
+        (
+            "F0407 01:31:07.67  5759 common.cpp:152] Check failed: error == cudaSuccess (46 vs. "
+            "0)  all CUDA-capable devices are busy or unavailable",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
             "onnxruntime::CudaCall CUDA failure 2: out of memory ; GPU=0 ; hostname=DESKTOP ; "
             "expr=cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);",
             C.OOM,
