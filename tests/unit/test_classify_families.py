@@ -271,6 +271,11 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
             C.OOM,
         ),
         (
+            "nvidia-container-cli: initialization error: cuda error: no cuda-capable device is "
+            "detected",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
             "GPUAccelerator can not run on your system since the accelerator is not available.",
             C.HIP_RUNTIME_INIT,
         ),
