@@ -643,6 +643,10 @@ def test_tensorflow_reports_a_full_disk_as_resource_exhausted() -> None:
     full = "tensorflow.python.framework.errors_impl.ResourceExhaustedError: model/variables; "
     assert category(full + "No space left on device [Op:SaveV2]\n") == C.UNKNOWN
     assert category("ResourceExhaustedError: OOM when allocating tensor\n") == C.OOM
+    tmp = "InternalError (see above for traceback): Error writing (tmp) checkpoint file: "
+    assert (
+        category(tmp + "/ckpt/model.ckpt-6.tempstate97: Resource exhausted: /ckpt\n") == C.UNKNOWN
+    )
 
 
 def test_values_gone_bad_in_a_distribution_are_not_a_setup_mistake() -> None:
