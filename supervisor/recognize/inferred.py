@@ -212,11 +212,11 @@ DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod
 TRAINED_FRAME = re.compile(
     r'[/\\]torch[/\\]serialization\.py", line \d+, in _?save\b'
     r"|(?:, in |\.py in )(?:\w+_)?(?:eval|evaluate|evaluation|validation)(?:_(?!config)\w+)?\b"
-    r'|[/\\]eval_hooks?\.py"'
+    r'|[/\\]\w*eval_hooks?\.py"'
     r"|(?:, in |\.py in )(?:_?save_checkpoint|_?save_model|save_pretrained|save_file|_tobytes"
     r"|_save_(?:topk|last)_checkpoint"
     r"|_determine_best_metric|_maybe_log_save_evaluate|(?:on_)?(?:validation|train|training)"
-    r"_epoch_end|on_epoch_end)\b"
+    r"_epoch_end|on_epoch_end|after_(?:train|val)_epoch)\b"
     r"|\b(?:\w+_)?(?:eval|evaluate|valid|validate|validation|test)(?:_\w+)?"
     r"\((?:[^()]*,\s*)?epoch\s*[,)]"
 )

@@ -50,6 +50,10 @@ def test_frames_that_run_only_after_training_make_an_unknown_exception_unknown()
         "    413     if not tensor.is_contiguous():\n"
     )
     assert category(notebook + "ValueError: You are trying to save a tensor\n") == C.UNKNOWN
+    mmcv = (
+        TRACEBACK + '  File "/mmcv/runner/epoch_based_runner.py", line 58, in after_train_epoch\n'
+    )
+    assert category(mmcv + "AttributeError: 'Hook' object has no attribute 'flag'\n") == C.UNKNOWN
     checked = TRACEBACK + '  File "cfg.py", line 3, in validate_config\n'
     assert category(checked + "ValueError: lr must be > 0\n") == C.CONFIG_ERROR
     # the same exception under setup frames is the job's setup
@@ -256,6 +260,13 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
         ("WARNING: non-finite loss, ending training  tensor([nan, 0.2])", C.UNKNOWN),
         ("  exitcode  : -9 (pid: 4242)", C.HOST_OOM),
         ("165376/296960 [=====>.....] - ETA: 365s - loss: 2.1371Killed", C.HOST_OOM),
+        (
+            "[CUDA ERROR] at file train_gpt2.cu:501:\nno CUDA-capable device is detected",
+            C.HIP_RUNTIME_INIT,
+        ),
+        ("2026-06-29T14:19:56 [info] double free or corruption (!prev)", C.SEGFAULT_ABORT),
+        ("terminate called after throwing an instance of 'gloo::IoException'", C.NCCL_DISTRIBUTED),
+        ("RuntimeError: Pin memory thread exited unexpectedly", C.DATALOADER_WORKER),
         (
             "F0407 01:31:07.673615  5759 math_functions.cpp:250] Check failed: a <= b (0 vs. -1)",
             C.SEGFAULT_ABORT,
