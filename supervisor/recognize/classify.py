@@ -353,7 +353,9 @@ class LiveClassifier(SkippedText):
         marks = trace.marks if trace else None
         signature = signature or self._matcher.match_exception(body)
         if signature is not None:
-            self._add(signature, line, shown, chain, out, marks)
+            self._add(
+                signature, line, shown, chain, out, marks, trace is not None and trace.trained
+            )
             if signature.category == C.KILLED and trace is not None:
                 self._add_hint(trace, out)  # where the interrupt found the job
         elif trace is not None and trace.hint is not None:

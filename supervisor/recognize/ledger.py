@@ -153,9 +153,11 @@ class FailureLedger:
         chain: int | None,
         out: list[Finding],
         marks: tuple[Mark | None, Mark | None] | None = None,
+        trained: bool = False,
     ) -> None:
+        """Record `sig` seen at `line`; `trained`: its traceback shows the job past training."""
         category, priority = sig.category, sig.priority
-        if category == C.CONFIG_ERROR and self._trained:
+        if category == C.CONFIG_ERROR and (self._trained or trained):
             category, priority = C.UNKNOWN, CATEGORY_PRIORITY[C.UNKNOWN]
         if category == C.KILLED:
             self._stalled_before(line, out)

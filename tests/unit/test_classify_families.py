@@ -54,6 +54,10 @@ def test_frames_that_run_only_after_training_make_an_unknown_exception_unknown()
         TRACEBACK + '  File "/mmcv/runner/epoch_based_runner.py", line 58, in after_train_epoch\n'
     )
     assert category(mmcv + "AttributeError: 'Hook' object has no attribute 'flag'\n") == C.UNKNOWN
+    # a config error a signature knows reads the same under such frames
+    caught = "IndexError: Caught IndexError in DataLoader worker process 0.\n"
+    assert category(TRACEBACK + caught) == C.CONFIG_ERROR
+    assert category(evaluation + caught) == C.UNKNOWN
     checked = TRACEBACK + '  File "cfg.py", line 3, in validate_config\n'
     assert category(checked + "ValueError: lr must be > 0\n") == C.CONFIG_ERROR
     # the same exception under setup frames is the job's setup
