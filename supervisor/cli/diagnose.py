@@ -14,7 +14,8 @@ from dataclasses import replace
 from typing import TextIO
 
 from rsup.supervisor.core import policy
-from rsup.supervisor.recognize.classify import Diagnosis, diagnose_file
+from rsup.supervisor.recognize.diagnosis import Diagnosis
+from rsup.supervisor.recognize.offline import diagnose_file
 from rsup.supervisor.recognize.signatures import SignatureError
 from rsup.workers import constants as C
 

@@ -19,7 +19,7 @@ from rsup.supervisor.core.spec import JobSpec, PreflightSpec
 from rsup.supervisor.effects import launch, yolojob
 from rsup.supervisor.effects.paths import Layout
 from rsup.supervisor.effects.procwait import signal_if_same, wait_exit
-from rsup.supervisor.recognize.classify import diagnose_file
+from rsup.supervisor.recognize.offline import diagnose_file
 from rsup.workers import constants as C
 
 

@@ -2,7 +2,7 @@
 
 Live: rsupd feeds `LiveClassifier.feed()` the bytes appended to output.log; each call
 returns at once the fatal lines that chunk completed, and `verdict()` names the root
-cause so far. Offline: `diagnose_file()` / `diagnose_text()` run the same classifier.
+cause so far. Offline: offline.py's `diagnose_file()` / `diagnose_text()` run it.
 
 Lines: numbers count "\\n" only, as `nl` and editors do. A "\\r" (a progress bar redraw)
 splits a line into segments matched one by one under the line's number. Of a segment over
@@ -78,8 +78,6 @@ outside a traceback holding no trigger word are skipped in bulk (prescan.py).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from pathlib import Path
 
 from rsup.supervisor.recognize import advance
 from rsup.supervisor.recognize.catalogue import Catalogue, Signature
@@ -397,26 +395,3 @@ class LiveClassifier(SkippedText):
         if trace.hint is not None:
             sig, line, text = trace.hint
             self._add(sig, line, text, None, out, trace.marks)
-
-
-def diagnose_file(
-    path: str | Path, *, catalogue: Catalogue | None = None, progress_seen: bool = False
-) -> Diagnosis:
-    """Classify a whole log file (raises OSError when it cannot be read)."""
-    with open(path, "rb") as log:
-        return _diagnose(iter(lambda: log.read(1 << 20), b""), catalogue, progress_seen)
-
-
-def diagnose_text(
-    text: str, *, catalogue: Catalogue | None = None, progress_seen: bool = False
-) -> Diagnosis:
-    """Classify a whole log given as text."""
-    return _diagnose([text.encode("utf-8", "replace")], catalogue, progress_seen)
-
-
-def _diagnose(chunks: Iterable[bytes], catalogue: Catalogue | None, progress: bool) -> Diagnosis:
-    classifier = LiveClassifier(catalogue, progress_seen=progress)
-    for chunk in chunks:
-        classifier.feed(chunk)
-    classifier.close()
-    return classifier.verdict()

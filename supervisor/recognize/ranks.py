@@ -34,11 +34,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rsup.supervisor.core.hang import HangConfig, HangDetector, HangVerdict
 from rsup.supervisor.recognize.agentreport import AgentReport, WorkerExit
-from rsup.supervisor.recognize.classify import LiveClassifier, diagnose_text
+from rsup.supervisor.recognize.classify import LiveClassifier
 from rsup.supervisor.recognize.diagnosis import Diagnosis
 from rsup.supervisor.recognize.errorfiles import ErrorFile, read_error_files
 from rsup.supervisor.recognize.exitcodes import classify_exit
 from rsup.supervisor.recognize.linemap import LineMap
+from rsup.supervisor.recognize.offline import diagnose_text
 from rsup.workers import constants as C
 from rsup.workers.proctree import stat_fields
 

@@ -25,7 +25,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from rsup.supervisor.recognize.classify import diagnose_file
+from rsup.supervisor.recognize.offline import diagnose_file
 from rsup.supervisor.recognize.signatures import load_catalogue
 
 CORPUS = Path(__file__).resolve().parent

@@ -20,9 +20,8 @@ from rsup.supervisor.recognize.classify import (
     Finding,
     LiveClassifier,
     classify_exit,
-    diagnose_file,
-    diagnose_text,
 )
+from rsup.supervisor.recognize.offline import diagnose_file, diagnose_text
 from rsup.supervisor.recognize.signatures import (
     Catalogue,
     SignatureError,

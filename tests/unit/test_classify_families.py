@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 
 import pytest
-from rsup.supervisor.recognize.classify import LiveClassifier, diagnose_text
+from rsup.supervisor.recognize.classify import LiveClassifier
+from rsup.supervisor.recognize.offline import diagnose_text
 from rsup.supervisor.recognize.signatures import Catalogue, load_catalogue
 from rsup.workers import constants as C
 

@@ -4,7 +4,7 @@ Trainer under rsup: tqdm's last redraw lands after an OOM that `| tee` hid)."""
 
 from __future__ import annotations
 
-from rsup.supervisor.recognize.classify import diagnose_text
+from rsup.supervisor.recognize.offline import diagnose_text
 from rsup.workers import constants as C
 
 LOG = (

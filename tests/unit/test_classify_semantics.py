@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rsup.supervisor.recognize.advance import Marks, parse
-from rsup.supervisor.recognize.classify import Diagnosis, LiveClassifier, diagnose_text
+from rsup.supervisor.recognize.classify import Diagnosis, LiveClassifier
+from rsup.supervisor.recognize.offline import diagnose_text
 from rsup.supervisor.recognize.signatures import Catalogue, SignatureError, load_catalogue
 from rsup.workers import constants as C
 
