@@ -1,78 +1,77 @@
 """What killed the job: one classifier of its output, with a live door and an offline door.
 
-Live: rsupd feeds `LiveClassifier.feed()` the bytes appended to output.log; each call
-returns at once the fatal lines that chunk completed, and `verdict()` names the root
-cause so far. Offline: offline.py's `diagnose_file()` / `diagnose_text()` run it.
+Live: rsupd feeds `LiveClassifier.feed()` the bytes appended to output.log; each call returns at
+once the fatal lines that chunk completed, and `verdict()` names the root cause so far. Offline:
+offline.py's `diagnose_file()` / `diagnose_text()` run it.
 
-Lines: numbers count "\\n" only, as `nl` and editors do. A "\\r" (a progress bar redraw)
-splits a line into segments matched one by one under the line's number. Of a segment over
-8 KiB only the first and last 4 KiB are kept; bytes are decoded as UTF-8 with replacement.
+Lines: numbers count "\\n" only, as `nl` and editors do. A "\\r" (a progress bar redraw) splits
+a line into segments matched one by one under the line's number. Of a segment over 8 KiB only
+the first and last 4 KiB are kept; bytes are decoded as UTF-8 with replacement.
 
-Root cause: a line is a failure when a `fatal: true` signature matches it and no
-`fatal: false` one (a warning) does. The highest priority wins, the earliest a tie: a
-cause outranks its consequences (a GPU fault outranks the abort it causes, any real cause
-outranks the SIGTERM a scheduler sends after it, `killed`).
+Root cause: a line is a failure when a `fatal: true` signature matches it and no `fatal: false`
+one (a warning) does. The highest priority wins, the earliest a tie: a cause outranks its
+consequences (a GPU fault outranks the abort it causes, any real cause outranks the SIGTERM a
+scheduler sends after it, `killed`).
 
 Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's):
 
-- Indented frames are never matched by line signatures. The exception line of a
-  traceback decides when a signature knows it (signatures of `scope: exception` are
-  tried on exception lines only); the final exception line of a chain decides over the
-  earlier ones of that chain.
-- A traceback that ends the output is fatal: its exception line decides, and an exception
-  no signature knows is `unknown` (an unknown final exception of a chain leaves the known
-  one of the chain standing). Raised before the job trained, such an exception is a
-  `config_error` (signature `exception-before-training`): the same code on the same setup
-  raises it again. Not when it names what comes and goes (the network, a timeout, the GPU
-  runtime, memory, a signal) or NaN values: those stay `unknown` and are retried.
+- Indented frames are never matched by line signatures. The exception line of a traceback
+  decides when a signature knows it (signatures of `scope: exception` are tried on exception
+  lines only); the final exception line of a chain decides over the earlier ones of that chain.
+- A traceback that ends the output is fatal: its exception line decides, and an exception no
+  signature knows is `unknown` (an unknown final exception of a chain leaves the known one of
+  the chain standing). Raised before the job trained, such an exception is a `config_error`
+  (signature `exception-before-training`): the same code on the same setup raises it again. Not
+  when it names what comes and goes (the network, a timeout, the GPU runtime, memory, a signal)
+  or NaN values: those stay `unknown` and are retried.
 - In a job of several processes (torchrun's rank prefixes, frames of torch.distributed,
-  DeepSpeed or Horovod), an unknown exception about a lost connection (reset, refused,
-  broken pipe, a socket timeout) is `nccl_distributed`.
-- A traceback Python only printed ("Exception ignored in ...") or a logger printed while
-  announcing a retry is not a failure. Frames that run only after training (torch.save,
-  save_checkpoint, picking the best metric, epoch-end hooks, an evaluation called with
-  the loop's epoch), a printed training loss, an epoch that says it ended ("took 28 s")
-  and a schedule stepped past its total ("Tried to step 60002 times") count as training
-  done.
-- An exception line with nothing after its colon (`AssertionError: `) is read with the
-  line under it, where torch and others print the message.
-- An exception line standing alone at column 0 (`KeyError: 'boxes'`, a dotted or CamelCase
-  name ending in Error or Exception, outside any traceback) is the exception line of a
-  traceback whose frames were not printed or not copied, and counts as one.
-- A cut-off traceback (the excerpt starts inside its frames, or ends before its exception
-  line) still counts: by its exception line when present; else by the exception class a
-  notebook header named; else by the deepest frame a `scope: frame` signature knows
-  (`rebuild_storage_fd` is a DataLoader worker's file-descriptor failure, a frame in the
-  `yaml` package a YAML error); else it is `unknown`. The frames also speak when the
-  exception line is unknown or an interrupt (`KeyboardInterrupt` while waiting on the
-  DataLoader's queue is a hang).
+  DeepSpeed or Horovod), an unknown exception about a lost connection (reset, refused, broken
+  pipe, a socket timeout) is `nccl_distributed`.
+- A traceback Python only printed ("Exception ignored in ...", "Error in atexit...") is not a
+  failure; nor, unless a signature knows its exception or frames, one a logger printed while
+  announcing a retry or one that ended a thread other than the main one ("Exception in thread
+  ..."). Its chained tracebacks read the same. Frames that run only after training (torch.save,
+  save_checkpoint, picking the best metric, epoch-end hooks, evaluation code), a printed
+  training loss, an epoch that says it ended ("took 28 s") and a schedule stepped past its total
+  ("Tried to step 60002 times") count as training done, for the exception they end in (config
+  errors included).
+- An exception line with nothing after its colon (`AssertionError: `) is read with the line
+  under it, where torch and others print the message.
+- An exception line standing alone at column 0 (`KeyError: 'boxes'`, a dotted or CamelCase name
+  ending in Error or Exception, outside any traceback) is the exception line of a traceback
+  whose frames were not printed or not copied, and counts as one; indented with its frames (a
+  poster indented the whole log), it is heard as a frame.
+- A cut-off traceback (the excerpt starts inside its frames, or ends before its exception line)
+  still counts: by its exception line when present; else by the exception class a notebook
+  header named; else by the deepest frame a `scope: frame` signature knows (`rebuild_storage_fd`
+  is a DataLoader worker's file-descriptor failure, a frame in the `yaml` package a YAML error);
+  else it is `unknown`. The frames also speak when the exception line is unknown or an interrupt
+  (`KeyboardInterrupt` while waiting on the DataLoader's queue is a hang).
 
 Progress (advance.py reads the counters): a fatal line of a `survivable` signature (an OOM
-AutoBatch caught, a logged ImportError) and an unknown exception are excused only by
-progress that ADVANCES past what was seen before the failure: a later epoch, a larger
-count on a row (a tqdm or Keras bar, `step N`, `[n/total]`) already seen, a checkpoint
-saved, or the caller's `note_progress()` (a heartbeat). A redraw of the same row (the
-same counter, a bar tqdm re-prints after the traceback, "\\r" redraws) is not progress, nor
-is a bar glued onto the error line itself (it is read before the error, so it is part of
-what was seen). "Seen before" is the last progress segment and the last epoch among the
-WINDOW lines before the failure (before its traceback's first line, for an exception).
-A row first seen after the failure is noted and must then advance. Other fatal lines are
-never excused.
+AutoBatch caught, a logged ImportError) and an unknown exception are excused only by progress
+that ADVANCES past what was seen before the failure: a later epoch, a larger count on a row (a
+tqdm or Keras bar, `step N`, `[n/total]`) already seen, a checkpoint saved, or the caller's
+`note_progress()` (a heartbeat). A redraw of the same row (the same counter, a bar tqdm
+re-prints after the traceback, "\\r" redraws) is not progress, nor is a bar glued onto the error
+line itself (it is read before the error, so it is part of what was seen). "Seen before" is the
+last progress segment and the last epoch among the WINDOW lines before the failure (before its
+traceback's first line, for an exception). A row first seen after the failure is noted and must
+then advance. Other fatal lines are never excused.
 
 A hang is silence, not a line; one sign of it is read from the counters: a traceback (an
 interrupt) or a kill right after a bar reporting over 1000 s per iteration is `hang`.
 
-Config errors count as `config_error` only until the job has trained (a step counted in
-an epoch or by a `step` word, an epoch past the first, a checkpoint, or the caller's
-`progress_seen` / `note_progress()`); after that they are `unknown`, and so is one the
-output shows training around after all (tqdm's last redraw of a bar, printed after the
-traceback, counts the steps done before it). Loading bars alone (checkpoint shards,
-tokenising) are not training.
+Config errors count as `config_error` only until the job has trained (a step counted in an epoch
+or by a `step` word, an epoch past the first, a checkpoint, or the caller's `progress_seen` /
+`note_progress()`); after that they are `unknown`, and so is one the output shows training
+around after all (tqdm's last redraw of a bar, printed after the traceback, counts the steps
+done before it). Loading bars alone (checkpoint shards, tokenising) are not training.
 
-torch's "CUDA initialization: ..." warning of a broken runtime (driver too old, error
-802-804) is a survivable `hip_runtime_init`; "Found no NVIDIA driver" alone (a CPU-only
-machine) counts only when an unknown exception follows before training. Speed: lines
-outside a traceback holding no trigger word are skipped in bulk (prescan.py).
+torch's "CUDA initialization: ..." warning of a broken runtime (driver too old, error 802-804)
+is a survivable `hip_runtime_init`; "Found no NVIDIA driver" alone (a CPU-only machine) counts
+only when an unknown exception follows before training. Speed: lines outside a traceback holding
+no trigger word are skipped in bulk (prescan.py).
 """
 
 from __future__ import annotations
@@ -139,6 +138,7 @@ class LiveClassifier(SkippedText):
         self._region, self._pos = b"", 0  # the region and offset of the line being read
         self._prev_line = b""  # the last line of the region before, for the line above
         self._orphan: tuple[bytes, str, int] | None = None  # a lone exception line, pending
+        self._printed: tuple[int, str | None] | None = None  # the last traceback's chain, printed
         # An exception line whose message is on the next line ("AssertionError: " then
         # "Found no NVIDIA driver on your system."): decided with that line.
         self._unsaid: tuple[bytes, str, int, Trace | None, int | None] | None = None
@@ -266,8 +266,10 @@ class LiveClassifier(SkippedText):
             self._trace = Trace(
                 tb.chain, line, text_of(segment), self._seen_before(line), tb.notebook_class
             )
-            if head >= 0:
-                self._trace.printed = printed_only(self._line_above())
+            if head >= 0:  # a chained traceback is printed only when its chain's first was
+                kept = self._printed if self._printed and self._printed[0] == tb.chain else None
+                printed = printed_only(self._line_above()) or (kept[1] if kept else None)
+                self._trace.printed, self._printed = printed, (tb.chain, printed)
             self._stalled_before(line, out)
         if role == FRAME:
             if self._trace is not None and TB_HEADER not in body:
@@ -367,7 +369,7 @@ class LiveClassifier(SkippedText):
     def _end_trace(self, out: list[Finding]) -> None:
         """A traceback ended without its exception line: decide by what it showed."""
         trace, self._trace = self._trace, None
-        if trace is None or trace.printed:
+        if trace is None or trace.printed == IGNORED_BY_PYTHON:
             return
         named = trace.notebook_class
         signature = None
@@ -380,7 +382,7 @@ class LiveClassifier(SkippedText):
                 self._add_hint(trace, out)
         elif trace.hint is not None:
             self._add_hint(trace, out)
-        else:
+        elif not trace.printed:
             line, text = trace.last_frame or (trace.line, trace.text)
             body = text.strip().encode()
             prefix = RANK_PREFIX.match(body)

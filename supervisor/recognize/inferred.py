@@ -222,19 +222,25 @@ TRAINED_FRAME = re.compile(
 )
 # The line above a traceback says it was only printed: Python ignored the exception (raised
 # in __del__, a weakref callback or at exit: never raised, whatever it says), or a logger
-# printed it while announcing a retry ("Retry attempt failed:": an exception no signature
-# knows is then not a failure; one a signature knows still is).
-IGNORED_BY_PYTHON, LOGGED_RETRY = "ignored", "retry"
-_IGNORED = b"Exception ignored in"
+# printed it while announcing a retry ("Retry attempt failed:"), or it ended a thread other
+# than the main one ("Exception in thread Thread-1:": the thread died, the program did not).
+# An exception no signature knows is then not a failure; one a signature knows still is.
+# Python's "Error in atexit._run_exitfuncs:" comes after the program ended: never a failure.
+IGNORED_BY_PYTHON, LOGGED_RETRY, IN_THREAD = "ignored", "retry", "thread"
+_IGNORED = (b"Exception ignored in", b"Error in atexit._run_exitfuncs:")
 _RETRY_INTRO = re.compile(rb"\b(?:[Rr]etry(?:ing)?|RETRY(?:ING)?)\b.*:\s*$")
+_THREAD_INTRO = b"Exception in thread "
 
 
 def printed_only(above: bytes) -> str | None:
-    """IGNORED_BY_PYTHON or LOGGED_RETRY when the line above a traceback header says so."""
+    """IGNORED_BY_PYTHON, LOGGED_RETRY or IN_THREAD when the line above a traceback header
+    says so."""
     prefix = RANK_PREFIX.match(above)
     line = above[prefix.end() :] if prefix else above
     if line.startswith(_IGNORED):
         return IGNORED_BY_PYTHON
+    if line.startswith(_THREAD_INTRO):
+        return IN_THREAD
     return LOGGED_RETRY if _RETRY_INTRO.search(line) else None
 
 

@@ -94,6 +94,24 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
     assert category(retried + TRACEBACK + "ConnectionResetError: [Errno 104] reset\n") == C.NONE
     # the same traceback raised is one
     assert category("Epoch 3/10\n" + TRACEBACK + ignored.split("\n", 1)[1]) == (C.DATALOADER_WORKER)
+    at_exit = "Error in atexit._run_exitfuncs:\n" + TRACEBACK + "RuntimeError: main thread\n"
+    assert category(at_exit) == C.NONE
+
+
+def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
+    cancelled = "tensorflow.python.framework.errors_impl.CancelledError: Enqueue cancelled\n"
+    thread = "iteration: 200000 loss: 0.0010\nException in thread Thread-1:\n" + TRACEBACK
+    assert category(thread + cancelled) == C.NONE  # the thread died, the program did not
+    chained = "\nDuring handling of the above exception, another exception occurred:\n\n"
+    assert category(thread + cancelled + chained + TRACEBACK + "KeyError: 'x'\n") == C.NONE
+    assert category(TRACEBACK + cancelled) == C.CONFIG_ERROR  # raised in the main thread
+    # a cause a signature knows still counts, and so does a frame that names one
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    assert category(thread + oom) == C.OOM
+    pin = '  File "/torch/utils/data/_utils/pin_memory.py", line 49, in _pin_memory_loop\n'
+    assert category(thread + pin + "ValueError: not enough values to unpack\n") == (
+        C.DATALOADER_WORKER
+    )
 
 
 @pytest.mark.parametrize(
