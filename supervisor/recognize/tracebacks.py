@@ -38,6 +38,8 @@ _EXCEPTION_LINE = re.compile(r"(?:(?:[A-Za-z_]\w*\.)+\w+|_?[A-Z]\w*[a-z]\w*)(?::
 _EXCEPTION_BYTES = re.compile(_EXCEPTION_LINE.pattern.encode())
 _NOTEBOOK_HEADER = re.compile(rb"\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\s+" + re.escape(TB_HEADER))
 _BOX = ("│".encode(), "╭".encode(), "╰".encode(), "┃".encode())
+# The rest of a frame line a terminal wrapped at its width ('py", line 35, in load').
+_WRAPPED_FRAME = re.compile(rb'[^"\s]*", line \d+, in ')
 _NOT_FAILURES = ("KeyboardInterrupt", "SystemExit", "GeneratorExit")
 
 # States: outside a traceback, in its frames, between two tracebacks of a chain.
@@ -108,7 +110,11 @@ class Tracebacks:
             return PLAIN
         if not body.strip() or body[:1] in b" \t" or body.startswith(_BOX):
             return FRAME
-        if body.startswith(b'File "') or (self.notebook and not _EXCEPTION_BYTES.match(body)):
+        if (
+            body.startswith(b'File "')
+            or (self.notebook and not _EXCEPTION_BYTES.match(body))
+            or _WRAPPED_FRAME.match(body)
+        ):
             self.strays = 0
             return FRAME
         if _EXCEPTION_BYTES.match(body):

@@ -79,8 +79,26 @@ def test_io_and_numeric_exceptions_are_not_config_errors() -> None:
         "RuntimeError: write(): fd 29 failed with Input/output error",
         "FloatingPointError: Minimum loss.",
         "OSError: [Errno 122] Disk quota exceeded",
+        "torch._C._LinAlgError: linalg.svd: The algorithm failed to converge because the input "
+        "matrix is ill-conditioned",
     ):
         assert category(TRACEBACK + line + "\n") == C.UNKNOWN, line
+
+
+def test_a_traceback_a_terminal_wrapped_at_its_width_reads_whole() -> None:
+    wrapped = (
+        "init net\n" + TRACEBACK + '  File "C:\\Users\\me\\pytorch-captcha\\my_dataset.\n'
+        'py", line 35, in get_train_data_loader\n'
+        "    return DataLoader(dataset, batch_size=captcha_setting.BATCH_SIZE, shuffle=Tr\n"
+        "ue)\n"
+        '  File "G:\\Anaconda3\\lib\\site-packages\\torch\\utils\\data\\dataloader.\n'
+        'py", line 213, in __init__\n'
+        "    sampler = RandomSampler(dataset)\n"
+        '  File "G:\\Anaconda3\\lib\\site-packages\\torch\\utils\\data\\sampler.py"\n'
+        ", line 94, in __init__\n"
+        "ValueError: num_samples should be a positive integer value, but got num_samples=\n0\n"
+    )
+    assert category(wrapped) == C.CONFIG_ERROR
 
 
 def test_an_exception_python_only_printed_is_not_a_failure() -> None:
@@ -290,6 +308,11 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ("2026-06-29T14:19:56 [info] double free or corruption (!prev)", C.SEGFAULT_ABORT),
         ("terminate called after throwing an instance of 'gloo::IoException'", C.NCCL_DISTRIBUTED),
         ("RuntimeError: Pin memory thread exited unexpectedly", C.DATALOADER_WORKER),
+        (
+            "SystemError: (Fatal) DataLoader process (pid 10222) exited is killed by signal: "
+            "Killed. (at /paddle/fluid/imperative/data_loader.cc:181)",
+            C.DATALOADER_WORKER,
+        ),
         (
             "F0407 01:31:07.673615  5759 math_functions.cpp:250] Check failed: a <= b (0 vs. -1)",
             C.SEGFAULT_ABORT,
