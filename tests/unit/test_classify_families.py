@@ -309,6 +309,11 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ("terminate called after throwing an instance of 'gloo::IoException'", C.NCCL_DISTRIBUTED),
         ("RuntimeError: Pin memory thread exited unexpectedly", C.DATALOADER_WORKER),
         (
+            "2025-04-05 18:39:10.838153: F external/xla/xla/pjrt/distributed/client.h:80] "
+            "Terminating process because the JAX distributed service detected fatal errors.",
+            C.NCCL_DISTRIBUTED,
+        ),
+        (
             "SystemError: (Fatal) DataLoader process (pid 10222) exited is killed by signal: "
             "Killed. (at /paddle/fluid/imperative/data_loader.cc:181)",
             C.DATALOADER_WORKER,
