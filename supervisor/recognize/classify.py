@@ -350,20 +350,18 @@ class LiveClassifier(SkippedText):
         `trace` (of `chain`), or standing alone (None, None)."""
         if trace is not None and trace.printed == IGNORED_BY_PYTHON:
             return  # never raised
-        marks = trace.marks if trace else None
+        marks, trained = (trace.marks, trace.trained) if trace else (None, False)
         signature = signature or self._matcher.match_exception(body)
         if signature is not None:
-            self._add(
-                signature, line, shown, chain, out, marks, trace is not None and trace.trained
-            )
+            self._add(signature, line, shown, chain, out, marks, trained)
             if signature.category == C.KILLED and trace is not None:
                 self._add_hint(trace, out)  # where the interrupt found the job
         elif trace is not None and trace.hint is not None:
             self._add_hint(trace, out)
         else:
             text = body.decode("utf-8", "replace")
-            if is_failure_exception(text) and not (trace and trace.printed):
-                trained = trace is not None and trace.trained
+            harmless = bool(trace and trace.printed) or self._matcher.harmless(body)
+            if is_failure_exception(text) and not harmless:
                 self._unknown_exception(text, line, shown, chain, marks, trained)
 
     def _end_trace(self, out: list[Finding]) -> None:

@@ -48,6 +48,11 @@ class Matcher:
             return None
         return found
 
+    def harmless(self, body: bytes) -> bool:
+        """Whether a `fatal: false` signature matches: the line is known to be harmless."""
+        lowered, text = body.lower(), body.decode("utf-8", "replace")
+        return any(_matches(s, body, lowered, text) for s in self.benign)
+
     def match_exception(self, body: bytes) -> Signature | None:
         """The highest-priority `scope: exception` signature matching an exception line."""
         if not self.exception_sigs:

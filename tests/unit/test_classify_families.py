@@ -309,6 +309,27 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ("terminate called after throwing an instance of 'gloo::IoException'", C.NCCL_DISTRIBUTED),
         ("RuntimeError: Pin memory thread exited unexpectedly", C.DATALOADER_WORKER),
         (
+            "RuntimeError: $ Torch: not enough memory: you tried to allocate 2GB. Buy new RAM! at "
+            "/pytorch/aten/src/TH/THGeneral.cpp:201",
+            C.HOST_OOM,
+        ),
+        (
+            "E cuda_driver.cc:538] failed to load PTX text as a module: CUDA_ERROR_INVALID_IMAGE: "
+            "device kernel image is invalid",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "CUDA Runtime error create_frustum_kernel # a PTX JIT compilation failed, code = "
+            "cudaErrorInvalidPtx [ 218 ] in file camera-geometry.cu:209",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "2024-11-22T13:56:02Z  WARN ThreadId(108) environment.rs:419: CUDA failure 700: an "
+            "illegal memory access was encountered ; GPU=0",
+            C.GPU_MEMORY_FAULT,
+        ),
+        ("2025-01-01T10:31:54Z Windows fatal exception: code 0xc0000374", C.SEGFAULT_ABORT),
+        (
             "2025-04-05 18:39:10.838153: F external/xla/xla/pjrt/distributed/client.h:80] "
             "Terminating process because the JAX distributed service detected fatal errors.",
             C.NCCL_DISTRIBUTED,
@@ -726,3 +747,19 @@ def test_hugging_face_trainer_rows_are_progress() -> None:
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
     assert category(row(0.5) + oom + row(0.5)) == C.OOM  # the same row again: a redraw
     assert category(row(0.5) + oom + row(0.5) + row(0.51)) == C.NONE  # it went on
+
+
+def test_an_exception_line_a_harmless_entry_knows_is_no_failure() -> None:
+    warned = "WARNING  A matching Triton is not available, some optimizations will not be enabled\n"
+    frames = '  File "/xformers/__init__.py", line 57, in _is_triton_available\n    import triton\n'
+    assert category(
+        warned + TRACEBACK + frames + "ModuleNotFoundError: No module named 'triton'\n"
+    ) == (C.NONE)
+    assert category(TRACEBACK + "ModuleNotFoundError: No module named 'tritonx'\n") == (
+        C.CONFIG_ERROR
+    )
+
+
+def test_paddles_gpu_allocator_check() -> None:
+    enforce = "paddle.fluid.core.EnforceNotMet: enforce allocating <= available failed, 10 > 1\n"
+    assert category(TRACEBACK + enforce) == C.OOM
