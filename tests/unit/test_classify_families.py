@@ -330,6 +330,11 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ),
         ("2025-01-01T10:31:54Z Windows fatal exception: code 0xc0000374", C.SEGFAULT_ABORT),
         (
+            "Timed out initializing process group in store based barrier on rank: 0, for key: "
+            "store_based_barrier_key:1 (world_size=2, worker_count=4, timeout=0:02:00)",
+            C.NCCL_DISTRIBUTED,
+        ),
+        (
             "2025-04-05 18:39:10.838153: F external/xla/xla/pjrt/distributed/client.h:80] "
             "Terminating process because the JAX distributed service detected fatal errors.",
             C.NCCL_DISTRIBUTED,
