@@ -41,7 +41,9 @@ _BATCH_WORDS = (b"batch", b"Batch", b"BATCH")
 _BEFORE = 24  # bytes before a "[" in which a bar's counter is looked for
 # A Hugging Face Trainer log row ("{'loss': 0.69, 'learning_rate': 5e-05, 'epoch': 0.53}"):
 # its fractional epoch counts the steps taken (in ten-thousandths of an epoch).
-_HF_ROW = re.compile(rb"^\s*\{.*'epoch': (\d+(?:\.\d+)?)\}")
+_HF_ROW = re.compile(
+    rb"^\s*\{(?=.*'(?:loss|learning_rate|eval_\w+)': ).*'epoch': (\d+(?:\.\d+)?)[,}]"
+)
 _HF_SCALE = 10_000
 CHECKPOINT = re.compile(
     rb"\b(?:[Ss]av(?:ing|ed)|SAV(?:ING|ED)|[Ww]rote|[Ww]riting)\b[^\r\n]{0,40}?"

@@ -76,8 +76,6 @@ no trigger word are skipped in bulk (prescan.py).
 
 from __future__ import annotations
 
-import re
-
 from rsup.supervisor.recognize import advance
 from rsup.supervisor.recognize.catalogue import Catalogue, Signature
 from rsup.supervisor.recognize.diagnosis import Diagnosis as Diagnosis
@@ -101,23 +99,22 @@ from rsup.supervisor.recognize.segments import CUT_MARK, HEAD, RANK_PREFIX, TAIL
 from rsup.supervisor.recognize.segments import TEXT_MAX as TEXT_MAX
 from rsup.supervisor.recognize.signatures import default_catalogue
 from rsup.supervisor.recognize.tracebacks import (
+    ALONE,
     CHAIN_MARKERS,
     EXCEPTION,
     FRAME,
     FRAME_WORDS,
     IDLE,
+    MESSAGE_NEXT,
     ORPHAN_WORDS,
     PLAIN,
     TB_HEADER,
     Tracebacks,
     is_failure_exception,
     is_orphan_exception,
+    takes_message,
 )
 from rsup.workers import constants as C
-
-# An exception line with no message after its colon: the message is on the next line.
-MESSAGE_NEXT = re.compile(rb"^\s*[\w.]*(?:Error|Exception):\s*$")
-ALONE = -1  # the chain of such a line outside any traceback (see _unsaid)
 
 
 class LiveClassifier(SkippedText):
@@ -219,8 +216,9 @@ class LiveClassifier(SkippedText):
                 if pos >= size:
                     break
             pos = self._line(region, pos, out)
-        last = region.rfind(b"\n", 0, max(0, size - 1))
-        self._prev_line = region[last + 1 :][-4096:]
+        tail = region.rstrip()
+        if tail:  # the last line that is not blank, for the line above
+            self._prev_line = tail[tail.rfind(b"\n") + 1 :][-4096:]
 
     def _line(self, region: bytes, pos: int, out: list[Finding]) -> int:
         """Classify the segments of the line at `pos`; return where the next line starts."""
@@ -245,12 +243,14 @@ class LiveClassifier(SkippedText):
 
     def _segment(self, segment: bytes, out: list[Finding]) -> None:
         segment = cut(segment)
-        if self._orphan is not None and segment.strip():
-            self._orphan = None  # output went on after it
         prefix = RANK_PREFIX.match(segment) if segment[:1] in b"[(" else None
         body = segment[prefix.end() :] if prefix else segment
-        if self._unsaid is not None and body.strip():
-            self._say(body.strip() if TB_HEADER not in body else b"", out)
+        joined = False
+        if self._unsaid is not None and body.strip():  # its message, or output going on
+            joined = takes_message(body, alone=self._unsaid[4] == ALONE)
+            self._say(body.strip() if joined else b"", out)
+        if self._orphan is not None and segment.strip() and not joined:
+            self._orphan = None  # output went on after it
         if prefix:
             self._distributed = True  # torchrun's rank prefixes
         tb = self._tb
@@ -310,10 +310,10 @@ class LiveClassifier(SkippedText):
         signature = self._matcher.match(body)
         if chain != ALONE:
             self._exception(body, shown, signature, out, line, trace, chain)
-        elif (signature := signature or self._matcher.match_exception(body)) is not None:
+        elif signature is not None:
             self._add(signature, line, shown, None, out)
-        else:
-            self._orphan = (body, shown, line)  # counts if the output ends with its message
+        else:  # counts, as any lone exception line, only if the output ends with it
+            self._orphan = (body, shown, line)
 
     def _frame(self, body: bytes, segment: bytes, line: int) -> None:
         assert self._trace is not None
@@ -375,7 +375,9 @@ class LiveClassifier(SkippedText):
             encoded = named.encode()
             signature = self._matcher.match(encoded) or self._matcher.match_exception(encoded)
         if signature is not None:
-            self._add(signature, trace.line, trace.text, trace.chain, out, trace.marks)
+            self._add(
+                signature, trace.line, trace.text, trace.chain, out, trace.marks, trace.trained
+            )
             if signature.category == C.KILLED:
                 self._add_hint(trace, out)
         elif trace.hint is not None:
@@ -394,4 +396,4 @@ class LiveClassifier(SkippedText):
     def _add_hint(self, trace: Trace, out: list[Finding]) -> None:
         if trace.hint is not None:
             sig, line, text = trace.hint
-            self._add(sig, line, text, None, out, trace.marks)
+            self._add(sig, line, text, None, out, trace.marks, trace.trained)

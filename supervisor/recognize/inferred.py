@@ -205,13 +205,13 @@ CONNECT_RETRY = _built_in(
 # Frames of the distributed layer: the job runs several processes that talk to each other.
 DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod)[/\\]")
 # Frames that only run once the job has trained: saving a checkpoint (torch.save included),
-# picking the best metric, epoch-end hooks, an evaluation (a function named for it, a
-# library's evaluation hook, or one the training loop calls with its epoch:
-# "self.evaluate(epoch, 'test')"). An unknown exception under them is not a config error,
-# even when the excerpt shows no progress.
+# picking the best metric, epoch-end hooks (mmcv's evaluation hooks included), an evaluation
+# the training loop calls with its epoch ("self.evaluate(epoch, 'test')"). An exception
+# under them is not a config error, even when the excerpt shows no progress. (A function
+# merely named for evaluation is not enough: setup builds eval datasets, and Lightning's
+# sanity check runs validation_step before the first training step.)
 TRAINED_FRAME = re.compile(
     r'[/\\]torch[/\\]serialization\.py", line \d+, in _?save\b'
-    r"|(?:, in |\.py in )(?:\w+_)?(?:eval|evaluate|evaluation|validation)(?:_(?!config)\w+)?\b"
     r'|[/\\]\w*eval_hooks?\.py"'
     r"|(?:, in |\.py in )(?:_?save_checkpoint|_?save_model|save_pretrained|save_file|_tobytes"
     r"|_save_(?:topk|last)_checkpoint"

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from rsup.supervisor.recognize import advance
+
 FRAMES_MAX = 1000  # lines of one traceback's frames before it counts as cut off
 # Unindented lines in a row, none an exception line, before a traceback counts as cut off.
 STRAYS_MAX = 4
@@ -148,3 +150,16 @@ def is_failure_exception(text: str) -> bool:
     """Whether an exception line (the one ending a traceback) names a failure: it looks like
     `Name: message` and is not an interrupt or exit."""
     return bool(_EXCEPTION_LINE.match(text)) and not text.startswith(_NOT_FAILURES)
+
+
+# An exception line with no message after its colon: the message is on the next line.
+MESSAGE_NEXT = re.compile(rb"^\s*[\w.]*(?:Error|Exception):\s*$")
+ALONE = -1  # the chain of such a line standing outside any traceback
+
+
+def takes_message(body: bytes, *, alone: bool) -> bool:
+    """Whether the line `body` is the message of the MESSAGE_NEXT line above it: not a new
+    traceback, and under a lone line (ALONE) only an indented line that shows no progress."""
+    if TB_HEADER in body:
+        return False
+    return not alone or (body[:1] in b" \t" and not advance.CANDIDATE.search(body))
