@@ -727,6 +727,13 @@ def test_the_details_under_a_config_validation_error() -> None:
     assert category(omegaconf + "    object_type=ModelCheckpointConf\n") == C.CONFIG_ERROR
 
 
+def test_deepspeeds_batch_sizes_that_do_not_multiply_out() -> None:
+    check = "AssertionError: Check batch related parameters. train_batch_size is not equal to "
+    assert category(TRACEBACK + check + "micro_batch_per_gpu * gradient_acc_step\n") == (
+        C.CONFIG_ERROR
+    )
+
+
 def test_hydra_could_not_build_what_the_config_names() -> None:
     hydra = "Error in call to target 'tactile_ssl.data.VisionTactileDataset':\n"
     assert category(hydra + "ConfigAttributeError('Missing key sensor')\n") == C.CONFIG_ERROR
