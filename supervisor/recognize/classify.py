@@ -28,13 +28,13 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   DeepSpeed or Horovod), an unknown exception about a lost connection (reset, refused, broken
   pipe, a socket timeout) is `nccl_distributed`.
 - A traceback Python only printed ("Exception ignored in ...", "Error in atexit...") is not a
-  failure; nor, unless a signature knows its exception or frames, one a logger printed while
-  announcing a retry or one that ended a thread other than the main one ("Exception in thread
-  ..."). Its chained tracebacks read the same. Frames that run only after training (torch.save,
-  save_checkpoint, picking the best metric, epoch-end hooks, evaluation code), a printed
-  training loss, an epoch that says it ended ("took 28 s") and a schedule stepped past its total
-  ("Tried to step 60002 times") count as training done, for the exception they end in (config
-  errors included).
+  failure; nor, unless a signature knows its exception or frames, one printed under a retry's
+  or the program's own warning ("WARNING: ..."), or one that ended a thread other than the main
+  one ("Exception in thread ..."). Its chained tracebacks read the same. Frames that run only
+  after training (torch.save, save_checkpoint, picking the best metric, epoch-end and evaluation
+  hooks, an evaluation called with the loop's epoch), a printed training loss, an epoch that
+  says it ended ("took 28 s") and a schedule stepped past its total ("Tried to step 60002
+  times") count as training done, for the exception they end in (config errors included).
 - An exception line with nothing after its colon (`AssertionError: `) is read with the line
   under it, where torch and others print the message.
 - An exception line standing alone at column 0 (`KeyError: 'boxes'`, a dotted or CamelCase name

@@ -222,13 +222,14 @@ TRAINED_FRAME = re.compile(
 )
 # The line above a traceback says it was only printed: Python ignored the exception (raised
 # in __del__, a weakref callback or at exit: never raised, whatever it says), or a logger
-# printed it while announcing a retry ("Retry attempt failed:"), or it ended a thread other
-# than the main one ("Exception in thread Thread-1:": the thread died, the program did not).
+# printed it while announcing a retry ("Retry attempt failed:") or under its own warning
+# ("WARNING: Unable to export the graph to TensorBoard."), or it ended a thread other than
+# the main one ("Exception in thread Thread-1:": the thread died, the program did not).
 # An exception no signature knows is then not a failure; one a signature knows still is.
 # Python's "Error in atexit._run_exitfuncs:" comes after the program ended: never a failure.
 IGNORED_BY_PYTHON, LOGGED_RETRY, IN_THREAD = "ignored", "retry", "thread"
 _IGNORED = (b"Exception ignored in", b"Error in atexit._run_exitfuncs:")
-_RETRY_INTRO = re.compile(rb"\b(?:[Rr]etry(?:ing)?|RETRY(?:ING)?)\b.*:\s*$")
+_RETRY_INTRO = re.compile(rb"\b(?:[Rr]etry(?:ing)?|RETRY(?:ING)?)\b.*:\s*$|^WARNING: ")
 _THREAD_INTRO = b"Exception in thread "
 
 

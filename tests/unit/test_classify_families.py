@@ -119,6 +119,10 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
     assert category("Epoch 3/10\n" + TRACEBACK + ignored.split("\n", 1)[1]) == (C.DATALOADER_WORKER)
     at_exit = "Error in atexit._run_exitfuncs:\n" + TRACEBACK + "RuntimeError: main thread\n"
     assert category(at_exit) == C.NONE
+    warned = "WARNING: Unable to export neural network graph to TensorBoard.\n" + TRACEBACK
+    assert category(warned + "RuntimeError: tracer failed\n") == C.NONE
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    assert category(warned + oom) == C.OOM  # a cause a signature knows still counts
 
 
 def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
