@@ -44,13 +44,15 @@ class Matcher:
         text = body.decode("utf-8", "replace")
         fatal = (self.fatal[i] for i in sorted(picked))  # in priority order
         found = next((s for s in fatal if s.regex.search(text)), None)
-        if found is None or any(_matches(s, body, lowered, text) for s in self.benign):
+        if found is None or self.harmless(body, lowered, text):
             return None
         return found
 
-    def harmless(self, body: bytes) -> bool:
-        """Whether a `fatal: false` signature matches: the line is known to be harmless."""
-        lowered, text = body.lower(), body.decode("utf-8", "replace")
+    def harmless(self, body: bytes, lowered: bytes | None = None, text: str | None = None) -> bool:
+        """Whether a `fatal: false` signature matches: the line is known to be harmless
+        (`lowered` and `text`, when given, are the line lowered and decoded)."""
+        lowered = body.lower() if lowered is None else lowered
+        text = body.decode("utf-8", "replace") if text is None else text
         return any(_matches(s, body, lowered, text) for s in self.benign)
 
     def match_exception(self, body: bytes) -> Signature | None:
