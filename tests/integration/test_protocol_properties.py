@@ -36,13 +36,30 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rsupd]:
     rsupd = Rsupd(root)
     rsupd.start()
     try:
-        for name, script in (("fuzz-done", DONE_SCRIPT), ("fuzz-live", LIVE_SCRIPT)):
-            spec = write_spec(root, name, [sys.executable, "-c", script], **_quiet(root))
-            assert rsupd.cli("start", str(spec)).returncode == 0
-        rsupd.wait_state("fuzz-done", "succeeded")
+        _submit_missing(rsupd)
         yield rsupd
     finally:
         rsupd.shutdown()
+
+
+@pytest.fixture
+def jobs(daemon: Rsupd) -> Rsupd:
+    """The daemon with both named jobs there again: the fuzzing may have removed them
+    (`remove`, by name or with `all`), and a test about field types needs them to exist."""
+    _submit_missing(daemon)
+    return daemon
+
+
+def _submit_missing(rsupd: Rsupd) -> None:
+    listed = {job["name"] for job in json.loads(rsupd.cli("status", "--json").stdout)}
+    for name, script in (("fuzz-done", DONE_SCRIPT), ("fuzz-live", LIVE_SCRIPT)):
+        if name not in listed:
+            spec = write_spec(
+                rsupd.root, name, [sys.executable, "-c", script], **_quiet(rsupd.root)
+            )
+            assert rsupd.cli("start", str(spec)).returncode == 0
+    if "fuzz-done" not in listed:
+        rsupd.wait_state("fuzz-done", "succeeded")
 
 
 def _quiet(root: Path) -> dict[str, Any]:
@@ -208,10 +225,8 @@ def test_requests_with_random_ops_and_fields_get_one_json_reply(
     ],
     ids=lambda r: f"{r['op']}-{next(k for k in r if k not in ('op', 'name', 'kind'))}",
 )
-def test_fields_of_the_wrong_type_get_a_usage_error(
-    daemon: Rsupd, request_: dict[str, Any]
-) -> None:
-    reply = check_reply(daemon, json.dumps(request_).encode())
+def test_fields_of_the_wrong_type_get_a_usage_error(jobs: Rsupd, request_: dict[str, Any]) -> None:
+    reply = check_reply(jobs, json.dumps(request_).encode())
     assert reply["ok"] is False and reply["code"] == 2, reply
 
 
