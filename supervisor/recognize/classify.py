@@ -39,8 +39,10 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   under it, where torch and others print the message.
 - An exception line standing alone at column 0 (`KeyError: 'boxes'`, a dotted or CamelCase name
   ending in Error or Exception, outside any traceback) is the exception line of a traceback
-  whose frames were not printed or not copied, and counts as one; indented with its frames (a
-  poster indented the whole log), it is heard as a frame.
+  whose frames were not printed or not copied, and counts as one where the output ends with it,
+  or with progress rows that do not advance past what was seen before it (a bar's last redraw
+  as the program exits); indented with its frames (a poster indented the whole log), it is
+  heard as a frame.
 - A cut-off traceback (the excerpt starts inside its frames, or ends before its exception line)
   still counts: by its exception line when present; else by the exception class a notebook
   header named; else by the deepest frame a `scope: frame` signature knows (`rebuild_storage_fd`
@@ -77,6 +79,7 @@ no trigger word are skipped in bulk (prescan.py).
 from __future__ import annotations
 
 from rsup.supervisor.recognize import advance
+from rsup.supervisor.recognize.advance import Marks
 from rsup.supervisor.recognize.catalogue import Catalogue, Signature
 from rsup.supervisor.recognize.diagnosis import Diagnosis as Diagnosis
 from rsup.supervisor.recognize.diagnosis import Finding as Finding
@@ -134,7 +137,9 @@ class LiveClassifier(SkippedText):
         self._closed = False
         self._region, self._pos = b"", 0  # the region and offset of the line being read
         self._prev_line = b""  # the last line of the region before, for the line above
-        self._orphan: tuple[bytes, str, int] | None = None  # a lone exception line, pending
+        # A lone exception line, pending: it counts if the output ends with it, or with rows
+        # that do not advance past the progress seen before it (a bar's last redraw).
+        self._orphan: tuple[bytes, str, int, Marks] | None = None
         self._printed: tuple[int, str | None] | None = None  # the last traceback's chain, printed
         # An exception line whose message is on the next line ("AssertionError: " then
         # "Found no NVIDIA driver on your system."): decided with that line.
@@ -173,7 +178,7 @@ class LiveClassifier(SkippedText):
             self._end_trace(out)
         self._say(b"", out)
         if self._orphan is not None:  # an exception line without its frames ends the output
-            body, shown, line = self._orphan
+            body, shown, line, _ = self._orphan
             self._orphan = None
             self._exception(body, shown, None, out, line, None, None)
         self._pending, self._head, self._closed = b"", None, True
@@ -209,8 +214,8 @@ class LiveClassifier(SkippedText):
             if self._tb.state == IDLE and not self._matcher.every_line and not self._unsaid:
                 hit = finder.next(pos)
                 start = size if hit < 0 else max(pos, region.rfind(b"\n", pos, hit) + 1)
-                if self._orphan is not None and region[pos:start].strip():
-                    self._orphan = None  # output went on after it
+                if self._orphan is not None and self._went_on(region[pos:start]):
+                    self._orphan = None
                 self._skip(region, pos, start)
                 pos = start
                 if pos >= size:
@@ -249,8 +254,8 @@ class LiveClassifier(SkippedText):
         if self._unsaid is not None and body.strip():  # its message, or output going on
             joined = takes_message(body, alone=self._unsaid[4] == ALONE)
             self._say(body.strip() if joined else b"", out)
-        if self._orphan is not None and segment.strip() and not joined:
-            self._orphan = None  # output went on after it
+        if self._orphan is not None and not joined and self._went_on(segment):
+            self._orphan = None
         if prefix:
             self._distributed = True  # torchrun's rank prefixes
         tb = self._tb
@@ -290,13 +295,30 @@ class LiveClassifier(SkippedText):
             if MESSAGE_NEXT.match(body):  # "RuntimeError:" alone, its message under it
                 self._unsaid = (body, text_of(segment), line, None, ALONE)
             else:
-                self._orphan = (body, text_of(segment), line)  # counts if it ends the output
+                self._orphan = (body, text_of(segment), line, self._marks_before(line))
         elif CUDA_INIT_WARNING in body:
             self._gpu_init_warned = True
             if not GPU_ABSENT.search(body):  # a GPU is there and its runtime broke
                 self._add(GPU_WARNED, line, text_of(segment), None, out)
         elif CONNECT_RETRY_WORD in body and CONNECT_RETRY.regex.search(text_of(body)):
             self._add(CONNECT_RETRY, line, text_of(segment), None, out)
+
+    def _marks_before(self, line: int) -> Marks:
+        return Marks(*self._seen_before(line))
+
+    def _went_on(self, text: bytes) -> bool:
+        """Whether output went on after the pending lone exception line: a line that is not
+        a progress row, or a row that advances past what was seen (a redraw does not)."""
+        assert self._orphan is not None
+        marks = self._orphan[3]
+        for piece in text.splitlines():
+            if not piece.strip():
+                continue
+            mark = advance.parse(cut(piece))
+            if mark is None or marks.advanced_by(mark):
+                return True
+            marks.absorb(mark)
+        return False
 
     def _say(self, message: bytes, out: list[Finding]) -> None:
         """Decide a held exception line (see _unsaid) with the `message` line under it."""
@@ -313,7 +335,7 @@ class LiveClassifier(SkippedText):
         elif signature is not None:
             self._add(signature, line, shown, None, out)
         else:  # counts, as any lone exception line, only if the output ends with it
-            self._orphan = (body, shown, line)
+            self._orphan = (body, shown, line, self._marks_before(line))
 
     def _frame(self, body: bytes, segment: bytes, line: int) -> None:
         assert self._trace is not None

@@ -542,6 +542,11 @@ def test_a_lone_exception_line_counts_only_where_it_ends_the_output() -> None:
     assert category("loading\nKeyError: 'boxes'\n") == C.CONFIG_ERROR
     assert category("loading\nKeyError: 'boxes'\nmore output\n") == C.NONE
     assert category("Loading data\nMeanSquaredError: 0.0234\n") == C.NONE  # a metric
+    # the bar's last redraw, printed as the program exits, is no output going on
+    lone = "MisconfigurationException: ReduceLROnPlateau conditioned on metric val_loss\n"
+    redraw = "Epoch 0: 100%|##########| 106/106 [01:20<00:00,  1.31it/s]\n"
+    assert category(lone + redraw) == live(lone + redraw, len(lone) + 3) == C.UNKNOWN
+    assert category(lone + redraw + "Epoch 1:  10%|#         | 11/106\n") == C.NONE
 
 
 def test_a_lone_exception_line_with_its_message_under_it() -> None:
@@ -550,7 +555,8 @@ def test_a_lone_exception_line_with_its_message_under_it() -> None:
                     "more output\n") == C.DATALOADER_WORKER  # fmt: skip
     # unknown to every signature: counts, as any lone exception line, only at the end
     assert category("setup\nValueError:\n  bad value in cfg\n") == C.CONFIG_ERROR
-    assert category("setup\nValueError:\n  bad value in cfg\nEpoch 1/3 loss 0.3\n") == C.NONE
+    went_on = "Epoch 1/3 loss 0.3\nEpoch 2/3 loss 0.2\n"  # a first row, then one past it
+    assert category("setup\nValueError:\n  bad value in cfg\n" + went_on) == C.NONE
 
 
 def test_nccls_return_code_trace_is_a_failure_and_its_other_info_lines_are_not() -> None:
