@@ -33,8 +33,10 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   one ("Exception in thread ..."). Its chained tracebacks read the same. Frames that run only
   after training (torch.save, save_checkpoint, picking the best metric, epoch-end and evaluation
   hooks, an evaluation called with the loop's epoch), a printed training loss, an epoch that
-  says it ended ("took 28 s") and a schedule stepped past its total ("Tried to step 60002
-  times") count as training done, for the exception they end in (config errors included).
+  says it ended ("took 28 s"), a schedule stepped past its total ("Tried to step 60002
+  times") and an epoch-end callback missing the metric it monitors ("ReduceLROnPlateau
+  conditioned on metric val_loss which is not available") count as training done, for the
+  exception they end in (config errors included).
 - An exception line with nothing after its colon (`AssertionError: `) is read with the line
   under it, where torch and others print the message.
 - An exception line standing alone at column 0 (`KeyError: 'boxes'`, a dotted or CamelCase name

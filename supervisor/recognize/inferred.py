@@ -125,8 +125,12 @@ def loss_not_finite(segment: bytes) -> bool:
 
 # Exception messages only a job that trained can raise: a learning-rate schedule stepped
 # past its total (OneCycleLR: "Tried to step 60002 times. The specified number of total
-# steps is 60000").
-TRAINED_MESSAGE = re.compile(r"\bTried to step \d+ times\b")
+# steps is 60000"); a callback run at an epoch's end that looked for a metric the epoch did
+# not log (Lightning's ReduceLROnPlateau, ModelCheckpoint and EarlyStopping).
+TRAINED_MESSAGE = re.compile(
+    r"\bTried to step \d+ times\b|\bconditioned on metric `?\S+`? which is not available\b"
+    r"|\bcould not find the monitored key in the returned metrics\b"
+)
 
 
 # A connection lost, in a job that runs several processes (rank prefixes, distributed frames).

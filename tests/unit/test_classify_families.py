@@ -470,13 +470,21 @@ def test_an_exception_whose_message_is_on_the_next_line_is_read_with_it() -> Non
     assert category(assert_first + "AssertionError: \n") == C.CONFIG_ERROR
 
 
-def test_training_shown_by_an_epoch_that_ended_or_a_schedule_stepped_past_its_end() -> None:
+def test_messages_that_show_an_epoch_ran() -> None:
     error = TRACEBACK + '  File "t.py", line 9, in <module>\n    f()\nZeroDivisionError: x\n'
     assert category("Epoch 1 of 30 took 28.3s\n" + error) == C.UNKNOWN
     assert category("Epoch 1 of 30\n" + error) == C.CONFIG_ERROR
     stepped = TRACEBACK + '  File "t.py", line 9, in <module>\n    sched.step()\n'
     over = "ValueError: Tried to step 60002 times. The specified number of total steps is 60000\n"
     assert category(stepped + over) == C.UNKNOWN
+    # an epoch-end callback looked for a metric the epoch did not log: an epoch ran
+    plateau = "MisconfigurationException: ReduceLROnPlateau conditioned on metric val_loss "
+    assert category(stepped + plateau + "which is not available. Available: [a]\n") == C.UNKNOWN
+    monitored = "`ModelCheckpoint(monitor='val/acc')` could not find the monitored key in the "
+    assert (
+        category(stepped + "MisconfigurationException: " + monitored + "returned metrics: [a]\n")
+        == C.UNKNOWN
+    )
     # NaN in TensorFlow's wording names values gone bad, not a setup mistake
     nan = "InvalidArgumentError: Nan in summary histogram for: conv2d/kernel_0\n"
     assert category(stepped + nan) == C.UNKNOWN
