@@ -25,6 +25,7 @@ INFERRED_LINK_LOST = "distributed-link-lost"
 INFERRED_GPU_WARNED = "gpu-runtime-broken-warning"
 INFERRED_LOSS_NOT_FINITE = "loss-not-finite-at-end"
 INFERRED_CONNECT_RETRY = "nccl-connect-retrying"
+INFERRED_WAIT_INTERRUPTED = "interrupted-while-waiting"
 INFERRED = frozenset(
     {
         INFERRED_CONFIG_ERROR,
@@ -33,6 +34,7 @@ INFERRED = frozenset(
         INFERRED_GPU_WARNED,
         INFERRED_LOSS_NOT_FINITE,
         INFERRED_CONNECT_RETRY,
+        INFERRED_WAIT_INTERRUPTED,
     }
 )
 NONE = "none"

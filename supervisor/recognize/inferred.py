@@ -165,6 +165,24 @@ GPU_NOT_STARTED = _built_in(
     priority=INFERRED_PRIORITY,
 )
 
+# A traceback cut off at a wait for a child process (a launcher waiting on its workers:
+# torch.distributed.launch's `process.wait()` down to `os.waitpid`). Only an interrupt breaks
+# that wait, so the traceback was printed as someone stopped the job while it waited, which
+# people do to a job that stopped moving.
+INTERRUPTED_WAIT = _built_in(
+    C.INFERRED_WAIT_INTERRUPTED,
+    C.HANG,
+    re.compile(
+        r"^\s*\(pid, sts\) = os\.waitpid\(|^\s*(?:\w+\.)?(?:process|proc|result)\.wait\(\)\s*$"
+    ),
+    "The traceback stops, cut off, in a wait for a child process: the job was interrupted "
+    "while it waited on its workers, most likely because they had stopped moving.",
+    "Restart from the last checkpoint.",
+    "Dump the workers' stacks (py-spy dump) to see where they wait; for a distributed job, "
+    "run with NCCL_DEBUG=INFO.",
+    priority=INFERRED_PRIORITY,
+)
+
 # The same warning naming a GPU that is there but whose runtime broke (driver too old, CUDA
 # unknown error, error 802/803/804), not a machine without one ("Found no NVIDIA driver": a
 # CPU-only run may print that and be fine). A job that trains after it lived through it.
@@ -210,7 +228,9 @@ CONNECT_RETRY = _built_in(
 DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod)[/\\]")
 # Frames that only run once the job has trained: saving a checkpoint (torch.save included),
 # picking the best metric, epoch-end hooks (mmcv's evaluation hooks included), an evaluation
-# the training loop calls with its epoch ("self.evaluate(epoch, 'test')"). An exception
+# the training loop calls with its epoch ("self.evaluate(epoch, 'test')"), the end of training
+# (`on_train_end` hooks), reading the History that Keras' fit() returned once it finished
+# (`history.history['acc']`). An exception
 # under them is not a config error, even when the excerpt shows no progress. (A function
 # merely named for evaluation is not enough: setup builds eval datasets, and Lightning's
 # sanity check runs validation_step before the first training step.)
@@ -220,9 +240,10 @@ TRAINED_FRAME = re.compile(
     r"|(?:, in |\.py in )(?:_?save_checkpoint|_?save_model|save_pretrained|save_file|_tobytes"
     r"|_save_(?:topk|last)_checkpoint"
     r"|_determine_best_metric|_maybe_log_save_evaluate|(?:on_)?(?:validation|train|training)"
-    r"_epoch_end|on_epoch_end|after_(?:train|val)_epoch)\b"
+    r"_epoch_end|on_epoch_end|on_(?:train|fit)_end|after_(?:train|val)_epoch)\b"
     r"|\b(?:\w+_)?(?:eval|evaluate|valid|validate|validation|test)(?:_\w+)?"
     r"\((?:[^()]*,\s*)?epoch\s*[,)]"
+    r"|\bhistory\.history\["
 )
 # The line above a traceback says it was only printed: Python ignored the exception (raised
 # in __del__, a weakref callback or at exit: never raised, whatever it says), or a logger

@@ -10,6 +10,7 @@ from rsup.supervisor.recognize.catalogue import CATEGORY_PRIORITY, Signature
 from rsup.supervisor.recognize.diagnosis import Diagnosis, Finding
 from rsup.supervisor.recognize.inferred import (
     GPU_NOT_STARTED,
+    INTERRUPTED_WAIT,
     LINK_LOST,
     LOSS_NOT_FINITE,
     NET_FAILURE,
@@ -193,8 +194,13 @@ class FailureLedger:
     def _cut_unknown(
         self, line: int, text: str, chain: int, marks: tuple[Mark | None, Mark | None]
     ) -> None:
-        """A traceback cut off before its exception line, that nothing in it explains."""
-        sig = GPU_NOT_STARTED if self._gpu_init_warned and not self._trained else None
+        """A traceback cut off before its exception line, that nothing in it explains; `text`
+        is its last frame line."""
+        sig: Signature | None = None
+        if INTERRUPTED_WAIT.regex.search(text):
+            sig = INTERRUPTED_WAIT
+        elif self._gpu_init_warned and not self._trained:
+            sig = GPU_NOT_STARTED
         self._store(_inferred_hit(sig, line, text, chain), marks)
 
     def _supersede(self, chain: int) -> None:

@@ -66,6 +66,13 @@ def test_frames_that_run_only_after_training_make_an_unknown_exception_unknown()
         assert category(named + "FileNotFoundError: [Errno 2] No such file: 'v.json'\n") == (
             C.CONFIG_ERROR
         ), name
+    # the end of training, and the History Keras' fit() returned once it finished
+    ended = TRACEBACK + '  File "loggers.py", line 126, in on_train_end\n    plot(f)\n'
+    assert category(ended + "NameError: name 'plot' is not defined\n") == C.UNKNOWN
+    history = (
+        TRACEBACK + "  File \"c.py\", line 55, in <module>\n    plt.plot(history.history['acc'])\n"
+    )
+    assert category(history + "KeyError: 'acc'\n") == C.UNKNOWN
     # the same exception under setup frames is the job's setup
     setup = TRACEBACK + '  File "t.py", line 3, in build_model\n' + "KeyError: 'x'\n"
     assert category(setup) == C.CONFIG_ERROR
@@ -145,6 +152,27 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
     ("line", "expected"),
     [
         ("RuntimeError: CUDA error: operation not supported on this device", C.GPU_MEMORY_FAULT),
+        (
+            "E pjrt_stream_executor_client.cc:2085] Execution of replica 0 failed: "
+            "RESOURCE_EXHAUSTED: Attempting to reserve 11.35G at the bottom of memory.",
+            C.OOM,
+        ),
+        (
+            "ray.memory_monitor.RayOutOfMemoryError: More than 95% of the memory on node Local "
+            "is used (15.98 / 16.82 GB).",
+            C.HOST_OOM,
+        ),
+        (
+            "rocBLAS error: Cannot read C:\\Program Files\\AMD\\ROCm\\5.7\\bin\\rocblas\\library\\"
+            "/TensileLibrary.dat: No such file or directory for GPU arch : gfx1032",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "trainer/0 [1]:[E socket.cpp:610] [c10d] The client socket has failed to connect "
+            "to any network address of (05, 40323).",
+            C.NCCL_DISTRIBUTED,
+        ),
+        ("tests/gpt2_test.py Fatal Python error: Aborted", C.SEGFAULT_ABORT),
         (
             "E cuda_driver.cc:314] failed call to cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable "
             "device is detected",
@@ -546,6 +574,22 @@ def test_the_line_above_a_traceback_is_read_the_same_live_and_offline() -> None:
     assert category(logged) == C.OOM
 
 
+def test_a_traceback_cut_off_in_a_wait_for_a_child_was_an_interrupt_of_a_waiting_job() -> None:
+    launcher = (
+        TRACEBACK + '  File "/torch/distributed/launch.py", line 253, in main\n'
+        "    process.wait()\n"
+        '  File "/usr/lib/python3.7/subprocess.py", line 1611, in _try_wait\n'
+        "    (pid, sts) = os.waitpid(self.pid, wait_flags)\n"
+    )
+    diagnosis = diagnose_text(launcher, catalogue=shipped())
+    assert (diagnosis.category, diagnosis.signature) == (C.HANG, C.INFERRED_WAIT_INTERRUPTED)
+    # a known cause outranks it, and an exception line decides as before
+    assert category("Epoch 1/3\nRuntimeError: NCCL error: unhandled system error\n" + launcher) == (
+        C.NCCL_DISTRIBUTED
+    )
+    assert category(launcher + "KeyboardInterrupt\n") == C.KILLED
+
+
 def test_a_lone_exception_line_counts_only_where_it_ends_the_output() -> None:
     assert category("loading\nKeyError: 'boxes'\n") == C.CONFIG_ERROR
     assert category("loading\nKeyError: 'boxes'\nmore output\n") == C.NONE
@@ -713,6 +757,11 @@ def test_a_port_already_taken_is_a_config_error() -> None:
     # the store's own words once every address failed, after two warnings saying why
     listen = "[E socket.cpp:435] [c10d] The server socket has failed to listen on any local "
     assert category(listen + "network address.\n") == C.CONFIG_ERROR
+    # as the exception line, its reasons on the lines under it
+    raised = "RuntimeError: The server socket has failed to listen on any local network address.\n"
+    assert category(raised + "The server socket has failed to bind to [::]:29500\n") == (
+        C.CONFIG_ERROR
+    )
 
 
 def test_a_list_of_what_might_have_happened_names_no_cause() -> None:
