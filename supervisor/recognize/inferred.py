@@ -54,7 +54,8 @@ STALLED = _built_in(
 )
 # An exception no signature knows, raised before the job trained: its code, data or setup
 # is wrong, and the same run would raise it again. Not when it names what comes and goes
-# (TRANSIENT: the network, a timeout, the GPU runtime, memory) or values gone NaN or invalid.
+# (TRANSIENT: the network, a timeout, the GPU runtime, memory, a helper process gone) or
+# values gone NaN or invalid.
 UNTRAINED = _built_in(
     C.INFERRED_CONFIG_ERROR,
     C.CONFIG_ERROR,
@@ -71,6 +72,7 @@ TRANSIENT = re.compile(
     r"|HTTP|[Nn]etwork|[Tt]emporar|[Rr]esolve|\b(?:nan|NaN|Nan|NAN|inf|Inf)\b|infinite|finite"
     r"|FloatingPoint|[Ll]oss scale|Input/output error|No space left|[Dd]isk quota|[Ii]nterrupt"
     r"|[Ss]ignal|[Mm]emory|[Dd]evice-side|invalid values|failed to converge|ill-conditioned"
+    r"|process has (?:shut ?down|died|exited)"
 )
 # A training loss printed on a progress line ("Epoch: 1, train loss: 0.69"): a step was
 # taken. Not a validation or test loss.
@@ -126,10 +128,12 @@ def loss_not_finite(segment: bytes) -> bool:
 # Exception messages only a job that trained can raise: a learning-rate schedule stepped
 # past its total (OneCycleLR: "Tried to step 60002 times. The specified number of total
 # steps is 60000"); a callback run at an epoch's end that looked for a metric the epoch did
-# not log (Lightning's ReduceLROnPlateau, ModelCheckpoint and EarlyStopping).
+# not log (Lightning's ReduceLROnPlateau, ModelCheckpoint and EarlyStopping); fairseq's check,
+# every so many updates, that the ranks' gradients still agree.
 TRAINED_MESSAGE = re.compile(
     r"\bTried to step \d+ times\b|\bconditioned on metric `?\S+`? which is not available\b"
     r"|\bcould not find the monitored key in the returned metrics\b"
+    r"|\bgradients are inconsistent between workers\b"
 )
 
 

@@ -90,6 +90,7 @@ def test_io_and_numeric_exceptions_are_not_config_errors() -> None:
     for line in (
         "RuntimeError: write(): fd 29 failed with Input/output error",
         "FloatingPointError: Minimum loss.",
+        "Exception: The wandb backend process has shutdown",
         "OSError: [Errno 122] Disk quota exceeded",
         "torch._C._LinAlgError: linalg.svd: The algorithm failed to converge because the input "
         "matrix is ill-conditioned",
@@ -505,6 +506,9 @@ def test_messages_that_show_an_epoch_ran() -> None:
     stepped = TRACEBACK + '  File "t.py", line 9, in <module>\n    sched.step()\n'
     over = "ValueError: Tried to step 60002 times. The specified number of total steps is 60000\n"
     assert category(stepped + over) == C.UNKNOWN
+    # the ranks' gradients are compared every so many updates
+    drift = "AssertionError: Fatal error: gradients are inconsistent between workers\n"
+    assert category(stepped + drift) == C.UNKNOWN
     # an epoch-end callback looked for a metric the epoch did not log: an epoch ran
     plateau = "MisconfigurationException: ReduceLROnPlateau conditioned on metric val_loss "
     assert category(stepped + plateau + "which is not available. Available: [a]\n") == C.UNKNOWN
