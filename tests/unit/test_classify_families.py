@@ -175,6 +175,21 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ),
         ("tests/gpt2_test.py Fatal Python error: Aborted", C.SEGFAULT_ABORT),
         (
+            "stream_gpu-inl.h:55: Check failed: e == cudaSuccess CUDA: an illegal memory access "
+            "was encountered",
+            C.GPU_MEMORY_FAULT,
+        ),
+        (
+            "Error: cudaGetDeviceCount failed in paddle::platform::GetCUDADeviceCountImpl, error "
+            "code : 35",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "CUDA backend failed to initialize: Found cuDNN version 8600, but JAX was built "
+            "against version 8906, which is newer.",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
             "E cuda_driver.cc:314] failed call to cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable "
             "device is detected",
             C.HIP_RUNTIME_INIT,
