@@ -93,6 +93,7 @@ from rsup.supervisor.recognize.inferred import (
     DISTRIBUTED_FRAME,
     GPU_ABSENT,
     GPU_WARNED,
+    HIP_INIT_WARNING,
     IGNORED_BY_PYTHON,
     TRAINED_FRAME,
     Trace,
@@ -298,7 +299,7 @@ class LiveClassifier(SkippedText):
                 self._unsaid = (body, text_of(segment), line, None, ALONE)
             else:
                 self._orphan = (body, text_of(segment), line, self._marks_before(line))
-        elif CUDA_INIT_WARNING in body:
+        elif CUDA_INIT_WARNING in body or HIP_INIT_WARNING in body:
             self._gpu_init_warned = True
             if not GPU_ABSENT.search(body):  # a GPU is there and its runtime broke
                 self._add(GPU_WARNED, line, text_of(segment), None, out)

@@ -156,12 +156,15 @@ LINK_LOST = _built_in(
 
 # torch's warning that the GPU runtime failed to start ("UserWarning: CUDA initialization:
 # Found no NVIDIA driver ..."). Harmless alone (a job may go on on the CPU); a job that
-# then dies of an exception no signature knows most likely died of it.
+# then dies of an exception no signature knows most likely died of it. ROCm builds say "HIP
+# initialization: Unexpected error from hipGetDeviceCount()": a line that names an error,
+# so the trigger words reach it without a word of its own.
 CUDA_INIT_WARNING = b"CUDA initialization: "
+HIP_INIT_WARNING = b"HIP initialization: "
 GPU_NOT_STARTED = _built_in(
     C.INFERRED_GPU_NOT_STARTED,
     C.HIP_RUNTIME_INIT,
-    re.compile(r"CUDA initialization: "),
+    re.compile(r"(?:CUDA|HIP) initialization: "),
     "torch warned that the GPU runtime failed to start, and the job then died of an "
     "exception rsup does not know: most likely of the GPU it could not use.",
     "Probe the GPU again after a backoff; if it stays broken, fall back to the CPU.",
@@ -197,7 +200,7 @@ GPU_ABSENT = re.compile(
 GPU_WARNED = _built_in(
     C.INFERRED_GPU_WARNED,
     C.HIP_RUNTIME_INIT,
-    re.compile(r"CUDA initialization: "),
+    re.compile(r"(?:CUDA|HIP) initialization: "),
     "torch warned that the GPU runtime failed to start on a machine with a GPU (driver too "
     "old, driver and runtime mismatched, or an unknown CUDA error), and the job trained no "
     "further: it had no GPU to use.",

@@ -185,6 +185,11 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
             C.HIP_RUNTIME_INIT,
         ),
         (
+            "stderr: nvidia-container-cli: initialization error: nvml error: driver/library "
+            "version mismatch: unknown",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
             "CUDA backend failed to initialize: Found cuDNN version 8600, but JAX was built "
             "against version 8906, which is newer.",
             C.HIP_RUNTIME_INIT,
@@ -728,6 +733,14 @@ def test_a_broken_gpu_warning_is_survivable_live_and_a_driverless_machine_is_no_
     epochs = "Epoch 1/2\n10/10 [====] - 1s - loss: 0.3\nEpoch 2/2\n10/10 [====] - 1s - loss: 0.2\n"
     assert category(tf) == C.HIP_RUNTIME_INIT
     assert category(tf + epochs) == C.NONE
+    # a ROCm build's words, and the runtime error they name is no GPU fault of its own
+    hip = (
+        "UserWarning: HIP initialization: Unexpected error from hipGetDeviceCount(). \n"
+        "Error 101: hipErrorInvalidDevice (Triggered internally at  /pytorch/c10/hip/"
+        "HIPFunctions.cpp:110.)\n"
+    )
+    assert category(hip + "False\n") == C.HIP_RUNTIME_INIT
+    assert category(hip + epochs) == C.NONE
 
 
 def test_an_exception_message_on_the_next_line_reads_past_rank_prefixes() -> None:
