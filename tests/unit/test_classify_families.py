@@ -174,6 +174,12 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
             C.NCCL_DISTRIBUTED,
         ),
         ("tests/gpt2_test.py Fatal Python error: Aborted", C.SEGFAULT_ABORT),
+        ("RuntimeError: Triton Error [CUDA]: misaligned address", C.GPU_MEMORY_FAULT),
+        (
+            'Error received from peer ipv4:10.0.0.2:37937 "grpc_message":"Collective ops is '
+            "aborted by: Socket closed",
+            C.NCCL_DISTRIBUTED,
+        ),
         (
             "stream_gpu-inl.h:55: Check failed: e == cudaSuccess CUDA: an illegal memory access "
             "was encountered",
