@@ -91,6 +91,7 @@ def test_io_and_numeric_exceptions_are_not_config_errors() -> None:
         "RuntimeError: write(): fd 29 failed with Input/output error",
         "FloatingPointError: Minimum loss.",
         "Exception: The wandb backend process has shutdown",
+        "RuntimeError: svd_cuda: the updating process of SBDSDC did not converge (error: 11)",
         "OSError: [Errno 122] Disk quota exceeded",
         "torch._C._LinAlgError: linalg.svd: The algorithm failed to converge because the input "
         "matrix is ill-conditioned",
