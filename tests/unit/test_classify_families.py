@@ -177,6 +177,16 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ("tests/gpt2_test.py Fatal Python error: Aborted", C.SEGFAULT_ABORT),
         ("RuntimeError: Triton Error [CUDA]: misaligned address", C.GPU_MEMORY_FAULT),
         (
+            "Exception in main training loop: out of memory to allocate 205520896 bytes (total "
+            "16068929536 bytes)",
+            C.OOM,
+        ),
+        (
+            "systemd-oomd[588]: Killed /user.slice/app.slice/vte-spawn-f65.scope due to memory "
+            "pressure for /user.slice being 95.63% > 50.00% for > 20s with reclaim activity",
+            C.HOST_OOM,
+        ),
+        (
             'Error received from peer ipv4:10.0.0.2:37937 "grpc_message":"Collective ops is '
             "aborted by: Socket closed",
             C.NCCL_DISTRIBUTED,
