@@ -80,6 +80,8 @@ no trigger word are skipped in bulk (prescan.py).
 
 from __future__ import annotations
 
+import functools
+
 from rsup.supervisor.recognize import advance
 from rsup.supervisor.recognize.advance import Marks
 from rsup.supervisor.recognize.catalogue import Catalogue, Signature
@@ -123,15 +125,22 @@ from rsup.supervisor.recognize.tracebacks import (
 from rsup.workers import constants as C
 
 
+@functools.lru_cache(maxsize=4)
+def _matcher(cat: Catalogue) -> Matcher:
+    """The matcher of a catalogue, built once (a catalogue is immutable, a matcher holds no
+    state): building one costs tens of milliseconds, and rsupd and `rsup diagnose` make a
+    classifier per log."""
+    words = (TB_HEADER, *CHAIN_MARKERS, *FRAME_WORDS, *ORPHAN_WORDS, CUDA_INIT_WARNING,
+             CONNECT_RETRY_WORD)  # fmt: skip
+    return Matcher(cat, words)
+
+
 class LiveClassifier(SkippedText):
     """Classifies a job's output fed in chunks of any size, as the file grows."""
 
     def __init__(self, catalogue: Catalogue | None = None, *, progress_seen: bool = False):
         super().__init__(progress_seen=progress_seen)
-        cat = catalogue or default_catalogue()
-        words = (TB_HEADER, *CHAIN_MARKERS, *FRAME_WORDS, *ORPHAN_WORDS, CUDA_INIT_WARNING,
-                 CONNECT_RETRY_WORD)  # fmt: skip
-        self._matcher = Matcher(cat, words)
+        self._matcher = _matcher(catalogue or default_catalogue())
         self._tb = Tracebacks()
         self._trace: Trace | None = None
         self._pending = b""  # the unterminated segment, when short

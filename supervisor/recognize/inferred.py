@@ -71,8 +71,8 @@ TRANSIENT = re.compile(
     r"\b(?:CUDA|HIP|NCCL)\b|[Cc]u(?:DNN|dnn|BLAS|blas)|CUDNN|CUBLAS|[Tt]ime[ds]? ?out|[Cc]onnect"
     r"|HTTP|[Nn]etwork|[Tt]emporar|[Rr]esolve|\b(?:nan|NaN|Nan|NAN|inf|Inf)\b|infinite|finite"
     r"|FloatingPoint|[Ll]oss scale|Input/output error|No space left|[Dd]isk quota|[Ii]nterrupt"
-    r"|[Ss]ignal|[Mm]emory|[Dd]evice-side|invalid values|(?:failed to|did not) converge|ill-conditioned"
-    r"|process has (?:shut ?down|died|exited)"
+    r"|[Ss]ignal|[Mm]emory|[Dd]evice-side|invalid values|(?:failed to|did not) converge"
+    r"|ill-conditioned|process has (?:shut ?down|died|exited)"
 )
 # A training loss printed on a progress line ("Epoch: 1, train loss: 0.69"): a step was
 # taken. Not a validation or test loss.
