@@ -78,6 +78,16 @@ def test_frames_that_run_only_after_training_make_an_unknown_exception_unknown()
     assert category(setup) == C.CONFIG_ERROR
 
 
+def test_degenerate_boxes_in_detr_box_code_are_a_diverged_run_not_a_setup_mistake() -> None:
+    frame = '  File "/detr/util/box_ops.py", line 51, in generalized_box_iou\n'
+    check = "    assert (boxes1[:, 2:] >= boxes1[:, :2]).all()\n"
+    diagnosis = diagnose_text(TRACEBACK + frame + check + "AssertionError\n", catalogue=shipped())
+    assert (diagnosis.category, diagnosis.signature) == (C.UNKNOWN, "degenerate-boxes-frame")
+    # the same assertion elsewhere is an exception no signature knows
+    other = '  File "/data/check.py", line 3, in validate\n    assert len(x) > 0\n'
+    assert category(TRACEBACK + other + "AssertionError\n") == C.CONFIG_ERROR
+
+
 def test_a_printed_training_loss_means_the_job_trained() -> None:
     trained = "INFO:root:Epoch: 1, learning rate: 0.0001, train loss: 0.6932\n"
     assert category(trained + TRACEBACK + "IndexError: list index out of range\n") == C.UNKNOWN
@@ -176,6 +186,11 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ),
         ("tests/gpt2_test.py Fatal Python error: Aborted", C.SEGFAULT_ABORT),
         ("RuntimeError: Triton Error [CUDA]: misaligned address", C.GPU_MEMORY_FAULT),
+        (
+            "An unexpected error occurred during CUDA execution. The CUDA error was:\n"
+            "all CUDA-capable devices are busy or unavailable",
+            C.HIP_RUNTIME_INIT,
+        ),
         (
             "Exception in main training loop: out of memory to allocate 205520896 bytes (total "
             "16068929536 bytes)",
