@@ -135,6 +135,21 @@ def _bar(segment: bytes, bracket: int, epoch: int | None, epochs: int | None) ->
     return None
 
 
+def redraw(mark: Mark, marks: Marks) -> bool:
+    """Whether `mark` shows nothing new past `marks`: the same epoch and no higher count on a
+    row already seen, or, when no row was seen, a bar at its total (the last redraw tqdm
+    prints as it closes). A row first seen otherwise, or another epoch, is output going on."""
+    another_epoch = mark.epoch is not None and mark.epoch != marks.epoch
+    if another_epoch and (marks.epoch is not None or mark.key is None):
+        return False
+    if mark.key is None or mark.n is None:
+        return mark.epoch is not None and mark.epoch == marks.epoch
+    seen = marks.counters.get(mark.key)
+    if seen is not None:
+        return mark.n <= seen
+    return not marks.counters and mark.key == b"/%d" % mark.n
+
+
 class Marks:
     """What was seen before a failure: the epoch, and the count of each row."""
 

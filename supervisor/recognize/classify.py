@@ -42,15 +42,17 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
 - An exception line standing alone at column 0 (`KeyError: 'boxes'`, a dotted or CamelCase name
   ending in Error or Exception, outside any traceback) is the exception line of a traceback
   whose frames were not printed or not copied, and counts as one where the output ends with it,
-  or with progress rows that do not advance past what was seen before it (a bar's last redraw
-  as the program exits); indented with its frames (a poster indented the whole log), it is
-  heard as a frame.
+  or with nothing but redraws of a row (the same count again, or the one bar tqdm closes at its
+  total as the program exits); indented with its frames (a poster indented the whole log), it
+  is heard as a frame.
 - A cut-off traceback (the excerpt starts inside its frames, or ends before its exception line)
   still counts: by its exception line when present; else by the exception class a notebook
   header named; else by the deepest frame a `scope: frame` signature knows (`rebuild_storage_fd`
   is a DataLoader worker's file-descriptor failure, a frame in the `yaml` package a YAML error);
-  else it is `unknown`. The frames also speak when the exception line is unknown or an interrupt
-  (`KeyboardInterrupt` while waiting on the DataLoader's queue is a hang).
+  else, cut off in a wait for a child process (a launcher's `os.waitpid`: only an interrupt
+  breaks it), it is a `hang`; else it is `unknown`. The frames also speak when the exception
+  line is unknown or an interrupt (`KeyboardInterrupt` while waiting on the DataLoader's queue is
+  a hang).
 
 Progress (advance.py reads the counters): a fatal line of a `survivable` signature (an OOM
 AutoBatch caught, a logged ImportError) and an unknown exception are excused only by progress
@@ -63,8 +65,9 @@ last progress segment and the last epoch among the WINDOW lines before the failu
 traceback's first line, for an exception). A row first seen after the failure is noted and must
 then advance. Other fatal lines are never excused.
 
-A hang is silence, not a line; one sign of it is read from the counters: a traceback (an
-interrupt) or a kill right after a bar reporting over 1000 s per iteration is `hang`.
+A hang is silence, not a line; signs of it are read around the lines: a traceback (an
+interrupt) or a kill right after a bar reporting over 1000 s per iteration, the frames an
+interrupt found the job in (above), are `hang`.
 
 Config errors count as `config_error` only until the job has trained (a step counted in an epoch
 or by a `step` word, an epoch past the first, a checkpoint, or the caller's `progress_seen` /
@@ -131,7 +134,7 @@ def _matcher(cat: Catalogue) -> Matcher:
     state): building one costs tens of milliseconds, and rsupd and `rsup diagnose` make a
     classifier per log."""
     words = (TB_HEADER, *CHAIN_MARKERS, *FRAME_WORDS, *ORPHAN_WORDS, CUDA_INIT_WARNING,
-             CONNECT_RETRY_WORD)  # fmt: skip
+             HIP_INIT_WARNING, CONNECT_RETRY_WORD)  # fmt: skip
     return Matcher(cat, words)
 
 
@@ -319,15 +322,18 @@ class LiveClassifier(SkippedText):
         return Marks(*self._seen_before(line))
 
     def _went_on(self, text: bytes) -> bool:
-        """Whether output went on after the pending lone exception line: a line that is not
-        a progress row, or a row that advances past what was seen (a redraw does not)."""
+        """Whether output went on after the pending lone exception line: any line but a
+        redraw of a progress row (advance.redraw: the same count again, or the one bar tqdm
+        closes at its total as the program exits)."""
         assert self._orphan is not None
         marks = self._orphan[3]
         for piece in text.splitlines():
-            if not piece.strip():
+            prefix = RANK_PREFIX.match(piece) if piece[:1] in b"[(" else None
+            body = piece[prefix.end() :] if prefix else piece
+            if not body.strip():
                 continue
-            mark = advance.parse(cut(piece))
-            if mark is None or marks.advanced_by(mark):
+            mark = advance.parse(cut(body))
+            if mark is None or not advance.redraw(mark, marks):
                 return True
             marks.absorb(mark)
         return False
@@ -346,12 +352,12 @@ class LiveClassifier(SkippedText):
             self._exception(body, shown, signature, out, line, trace, chain)
         elif signature is not None:
             self._add(signature, line, shown, None, out)
-        else:  # counts, as any lone exception line, only if the output ends with it
+        else:  # counts, as any lone exception line, only if nothing but redraws follow it
             self._orphan = (body, shown, line, self._marks_before(line))
 
     def _frame(self, body: bytes, segment: bytes, line: int) -> None:
         assert self._trace is not None
-        if not body.strip():
+        if not body.strip(b" \t\r\n^~"):  # blank, or the carets Python 3.11+ prints under code
             return
         self._trace.last_frame = (line, text_of(segment))
         text = body.decode("utf-8", "replace")

@@ -157,8 +157,7 @@ LINK_LOST = _built_in(
 # torch's warning that the GPU runtime failed to start ("UserWarning: CUDA initialization:
 # Found no NVIDIA driver ..."). Harmless alone (a job may go on on the CPU); a job that
 # then dies of an exception no signature knows most likely died of it. ROCm builds say "HIP
-# initialization: Unexpected error from hipGetDeviceCount()": a line that names an error,
-# so the trigger words reach it without a word of its own.
+# initialization: Unexpected error from hipGetDeviceCount()" (both are trigger words).
 CUDA_INIT_WARNING = b"CUDA initialization: "
 HIP_INIT_WARNING = b"HIP initialization: "
 GPU_NOT_STARTED = _built_in(
@@ -180,7 +179,7 @@ INTERRUPTED_WAIT = _built_in(
     C.INFERRED_WAIT_INTERRUPTED,
     C.HANG,
     re.compile(
-        r"^\s*\(pid, sts\) = os\.waitpid\(|^\s*(?:\w+\.)?(?:process|proc|result)\.wait\(\)\s*$"
+        r"\(pid, sts\) = os\.waitpid\(|(?:^|\s)(?:\w+\.)?(?:process|proc|result)\.wait\(\)\s*$"
     ),
     "The traceback stops, cut off, in a wait for a child process: the job was interrupted "
     "while it waited on its workers, most likely because they had stopped moving.",

@@ -36,7 +36,6 @@ LOG_IDS = [f"{p.parent.name}/{p.name}" for p in CORPUS_LOGS]
 EPOCH_LINE = "      3/100      2.61G      1.104     0.8812      1.121         64        640: 57%"
 
 
-@functools.cache
 @functools.cache  # immutable: loaded once, not once per example of the property tests
 def shipped() -> Catalogue:
     """The shipped catalogue alone: a developer's own user files must not sway the tests."""

@@ -644,9 +644,14 @@ def test_a_traceback_cut_off_in_a_wait_for_a_child_was_an_interrupt_of_a_waiting
         C.NCCL_DISTRIBUTED
     )
     assert category(launcher + "KeyboardInterrupt\n") == C.KILLED
+    # Python 3.11+ prints carets under the code; a launcher's tag may lead every line
+    carets = launcher + "                 ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+    assert category(carets) == C.HANG
+    tagged = "".join("[default0]:" + row + "\n" for row in launcher.splitlines())
+    assert category(tagged) == C.HANG
 
 
-def test_a_lone_exception_line_counts_only_where_it_ends_the_output() -> None:
+def test_a_lone_exception_line_counts_where_nothing_but_redraws_follow_it() -> None:
     assert category("loading\nKeyError: 'boxes'\n") == C.CONFIG_ERROR
     assert category("loading\nKeyError: 'boxes'\nmore output\n") == C.NONE
     assert category("Loading data\nMeanSquaredError: 0.0234\n") == C.NONE  # a metric
@@ -655,6 +660,18 @@ def test_a_lone_exception_line_counts_only_where_it_ends_the_output() -> None:
     redraw = "Epoch 0: 100%|##########| 106/106 [01:20<00:00,  1.31it/s]\n"
     assert category(lone + redraw) == live(lone + redraw, len(lone) + 3) == C.UNKNOWN
     assert category(lone + redraw + "Epoch 1:  10%|#         | 11/106\n") == C.NONE
+    # any other row is output going on: a first one not at its total, another bar, another
+    # epoch, an epoch-only row, and rows under a rank's prefix
+    key = "KeyError: 'boxes'\n"
+    for after in (
+        "Epoch 0:   1%|          | 1/106 [00:01<01:00]\n",
+        "Loading shards: 100%|##| 3/3 [00:01<00:00]\nMap: 100%|##| 1000/1000 [00:01<00:00]\n",
+        "Epoch 0 | batch 1 | loss 0.9\nEpoch 0 | batch 2 | loss 0.8\n",
+        "[rank0]: Epoch 0:   1%|| 1/106 [00:01<01:00]\n"
+        "[rank0]: Epoch 0:   2%|| 2/106 [00:02<01:00]\n",
+    ):
+        assert category(key + after) == C.NONE, after
+    assert category("Epoch 5/10\n" + key + "Epoch 1/10\n") == C.NONE
 
 
 def test_a_lone_exception_line_with_its_message_under_it() -> None:
@@ -663,8 +680,7 @@ def test_a_lone_exception_line_with_its_message_under_it() -> None:
                     "more output\n") == C.DATALOADER_WORKER  # fmt: skip
     # unknown to every signature: counts, as any lone exception line, only at the end
     assert category("setup\nValueError:\n  bad value in cfg\n") == C.CONFIG_ERROR
-    went_on = "Epoch 1/3 loss 0.3\nEpoch 2/3 loss 0.2\n"  # a first row, then one past it
-    assert category("setup\nValueError:\n  bad value in cfg\n" + went_on) == C.NONE
+    assert category("setup\nValueError:\n  bad value in cfg\nEpoch 1/3 loss 0.3\n") == C.NONE
 
 
 def test_nccls_return_code_trace_is_a_failure_and_its_other_info_lines_are_not() -> None:
@@ -773,6 +789,10 @@ def test_a_broken_gpu_warning_is_survivable_live_and_a_driverless_machine_is_no_
     )
     assert category(hip + "False\n") == C.HIP_RUNTIME_INIT
     assert category(hip + epochs) == C.NONE
+    # heard without an error word on its line too, and explaining a later unknown death
+    quiet = "UserWarning: HIP initialization: Found no usable GPU on your system.\n"
+    death = TRACEBACK + '  File "t.py", line 3, in <module>\nZeroDivisionError: boom\n'
+    assert category(quiet + death) == C.HIP_RUNTIME_INIT
 
 
 def test_an_exception_message_on_the_next_line_reads_past_rank_prefixes() -> None:
