@@ -42,9 +42,9 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
 - An exception line standing alone at column 0 (`KeyError: 'boxes'`, a dotted or CamelCase name
   ending in Error or Exception, outside any traceback) is the exception line of a traceback
   whose frames were not printed or not copied, and counts as one where the output ends with it,
-  or with nothing but redraws of a row (the same count again, or the one bar tqdm closes at its
-  total as the program exits); indented with its frames (a poster indented the whole log), it
-  is heard as a frame.
+  its message's indented lines, or redraws of a row (the same count again, or the one bar tqdm
+  closes at its total as the program exits); indented with its frames (a poster indented the
+  whole log), it is heard as a frame.
 - A cut-off traceback (the excerpt starts inside its frames, or ends before its exception line)
   still counts: by its exception line when present; else by the exception class a notebook
   header named; else by the deepest frame a `scope: frame` signature knows (`rebuild_storage_fd`
@@ -152,9 +152,11 @@ class LiveClassifier(SkippedText):
         self._closed = False
         self._region, self._pos = b"", 0  # the region and offset of the line being read
         self._prev_line = b""  # the last line of the region before, for the line above
-        # A lone exception line, pending: it counts if the output ends with it, or with rows
-        # that do not advance past the progress seen before it (a bar's last redraw).
-        self._orphan: tuple[bytes, str, int, Marks] | None = None
+        # A lone exception line, pending: it counts if nothing but redraws of a progress row
+        # (or more of its message) follow it to the end of the output (see _went_on).
+        # Its last item: whether its message began on the line under it ("RuntimeError:"
+        # alone), so the indented lines that follow are more of that message.
+        self._orphan: tuple[bytes, str, int, Marks, bool] | None = None
         self._printed: tuple[int, str | None] | None = None  # the last traceback's chain, printed
         # An exception line whose message is on the next line ("AssertionError: " then
         # "Found no NVIDIA driver on your system."): decided with that line.
@@ -193,7 +195,7 @@ class LiveClassifier(SkippedText):
             self._end_trace(out)
         self._say(b"", out)
         if self._orphan is not None:  # an exception line without its frames ends the output
-            body, shown, line, _ = self._orphan
+            body, shown, line, _, _ = self._orphan
             self._orphan = None
             self._exception(body, shown, None, out, line, None, None)
         self._pending, self._head, self._closed = b"", None, True
@@ -310,7 +312,7 @@ class LiveClassifier(SkippedText):
             if MESSAGE_NEXT.match(body):  # "RuntimeError:" alone, its message under it
                 self._unsaid = (body, text_of(segment), line, None, ALONE)
             else:
-                self._orphan = (body, text_of(segment), line, self._marks_before(line))
+                self._orphan = (body, text_of(segment), line, self._marks_before(line), False)
         elif CUDA_INIT_WARNING in body or HIP_INIT_WARNING in body:
             self._gpu_init_warned = True
             if not GPU_ABSENT.search(body):  # a GPU is there and its runtime broke
@@ -324,15 +326,18 @@ class LiveClassifier(SkippedText):
     def _went_on(self, text: bytes) -> bool:
         """Whether output went on after the pending lone exception line: any line but a
         redraw of a progress row (advance.redraw: the same count again, or the one bar tqdm
-        closes at its total as the program exits)."""
+        closes at its total as the program exits), or, under an exception line whose message
+        began on the line under it, an indented line (more of that message)."""
         assert self._orphan is not None
-        marks = self._orphan[3]
+        marks, message_under = self._orphan[3], self._orphan[4]
         for piece in text.splitlines():
             prefix = RANK_PREFIX.match(piece) if piece[:1] in b"[(" else None
             body = piece[prefix.end() :] if prefix else piece
             if not body.strip():
                 continue
             mark = advance.parse(cut(body))
+            if mark is None and message_under and body[:1] in b" \t":
+                continue  # the message goes on under it
             if mark is None or not advance.redraw(mark, marks):
                 return True
             marks.absorb(mark)
@@ -353,7 +358,7 @@ class LiveClassifier(SkippedText):
         elif signature is not None:
             self._add(signature, line, shown, None, out)
         else:  # counts, as any lone exception line, only if nothing but redraws follow it
-            self._orphan = (body, shown, line, self._marks_before(line))
+            self._orphan = (body, shown, line, self._marks_before(line), True)
 
     def _frame(self, body: bytes, segment: bytes, line: int) -> None:
         assert self._trace is not None

@@ -681,6 +681,10 @@ def test_a_lone_exception_line_with_its_message_under_it() -> None:
     # unknown to every signature: counts, as any lone exception line, only at the end
     assert category("setup\nValueError:\n  bad value in cfg\n") == C.CONFIG_ERROR
     assert category("setup\nValueError:\n  bad value in cfg\nEpoch 1/3 loss 0.3\n") == C.NONE
+    # a message that runs on over several indented lines is still its message
+    assert category("setup\nValueError:\n  bad value\n  in cfg: lr\n") == C.CONFIG_ERROR
+    # under an exception line that had its message, an indented line is output going on
+    assert category("setup\nKeyError: 'lr'\n    model.fit(x)\n") == C.NONE
 
 
 def test_nccls_return_code_trace_is_a_failure_and_its_other_info_lines_are_not() -> None:
