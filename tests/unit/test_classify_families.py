@@ -187,6 +187,14 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ("tests/gpt2_test.py Fatal Python error: Aborted", C.SEGFAULT_ABORT),
         ("RuntimeError: Triton Error [CUDA]: misaligned address", C.GPU_MEMORY_FAULT),
         (
+            "src/storage/./pooled_storage_manager.h:111: cudaMalloc failed: out of memory",
+            C.OOM,
+        ),
+        (
+            "*** Error in python': free(): corrupted unsorted chunks: 0x00007f3e9009cdd0 ***",
+            (C.SEGFAULT_ABORT),
+        ),
+        (
             "An unexpected error occurred during CUDA execution. The CUDA error was:\n"
             "all CUDA-capable devices are busy or unavailable",
             C.HIP_RUNTIME_INIT,
