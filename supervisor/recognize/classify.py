@@ -84,6 +84,7 @@ no trigger word are skipped in bulk (prescan.py).
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 from rsup.supervisor.recognize import advance
 from rsup.supervisor.recognize.advance import Marks
@@ -106,7 +107,14 @@ from rsup.supervisor.recognize.inferred import (
 )
 from rsup.supervisor.recognize.matcher import Matcher
 from rsup.supervisor.recognize.prescan import Finder, SkippedText
-from rsup.supervisor.recognize.segments import CUT_MARK, HEAD, RANK_PREFIX, TAIL, cut, text_of
+from rsup.supervisor.recognize.segments import (
+    CUT_MARK,
+    HEAD,
+    TAIL,
+    after_rank_prefix,
+    cut,
+    text_of,
+)
 from rsup.supervisor.recognize.segments import TEXT_MAX as TEXT_MAX
 from rsup.supervisor.recognize.signatures import default_catalogue
 from rsup.supervisor.recognize.tracebacks import (
@@ -126,6 +134,17 @@ from rsup.supervisor.recognize.tracebacks import (
     takes_message,
 )
 from rsup.workers import constants as C
+
+
+class Orphan(NamedTuple):
+    """A lone exception line, pending: it counts if nothing but redraws of a progress row (or
+    more of its message) follow it to the end of the output (LiveClassifier._went_on)."""
+
+    body: bytes
+    shown: str
+    line: int
+    marks: Marks  # the progress seen before it, and the rows first seen after it
+    message_under: bool = False  # its message began on the line under it ("RuntimeError:")
 
 
 @functools.lru_cache(maxsize=4)
@@ -152,11 +171,7 @@ class LiveClassifier(SkippedText):
         self._closed = False
         self._region, self._pos = b"", 0  # the region and offset of the line being read
         self._prev_line = b""  # the last line of the region before, for the line above
-        # A lone exception line, pending: it counts if nothing but redraws of a progress row
-        # (or more of its message) follow it to the end of the output (see _went_on).
-        # Its last item: whether its message began on the line under it ("RuntimeError:"
-        # alone), so the indented lines that follow are more of that message.
-        self._orphan: tuple[bytes, str, int, Marks, bool] | None = None
+        self._orphan: Orphan | None = None
         self._printed: tuple[int, str | None] | None = None  # the last traceback's chain, printed
         # An exception line whose message is on the next line ("AssertionError: " then
         # "Found no NVIDIA driver on your system."): decided with that line.
@@ -195,9 +210,8 @@ class LiveClassifier(SkippedText):
             self._end_trace(out)
         self._say(b"", out)
         if self._orphan is not None:  # an exception line without its frames ends the output
-            body, shown, line, _, _ = self._orphan
-            self._orphan = None
-            self._exception(body, shown, None, out, line, None, None)
+            orphan, self._orphan = self._orphan, None
+            self._exception(orphan.body, orphan.shown, None, out, orphan.line, None, None)
         self._pending, self._head, self._closed = b"", None, True
         return out
 
@@ -265,8 +279,7 @@ class LiveClassifier(SkippedText):
 
     def _segment(self, segment: bytes, out: list[Finding]) -> None:
         segment = cut(segment)
-        prefix = RANK_PREFIX.match(segment) if segment[:1] in b"[(" else None
-        body = segment[prefix.end() :] if prefix else segment
+        body, prefix = after_rank_prefix(segment)
         joined = False
         if self._unsaid is not None and body.strip():  # its message, or output going on
             joined = takes_message(body, alone=self._unsaid[4] == ALONE)
@@ -312,7 +325,7 @@ class LiveClassifier(SkippedText):
             if MESSAGE_NEXT.match(body):  # "RuntimeError:" alone, its message under it
                 self._unsaid = (body, text_of(segment), line, None, ALONE)
             else:
-                self._orphan = (body, text_of(segment), line, self._marks_before(line), False)
+                self._orphan = Orphan(body, text_of(segment), line, self._marks_before(line))
         elif CUDA_INIT_WARNING in body or HIP_INIT_WARNING in body:
             self._gpu_init_warned = True
             if not GPU_ABSENT.search(body):  # a GPU is there and its runtime broke
@@ -329,10 +342,9 @@ class LiveClassifier(SkippedText):
         closes at its total as the program exits), or, under an exception line whose message
         began on the line under it, an indented line (more of that message)."""
         assert self._orphan is not None
-        marks, message_under = self._orphan[3], self._orphan[4]
+        marks, message_under = self._orphan.marks, self._orphan.message_under
         for piece in text.splitlines():
-            prefix = RANK_PREFIX.match(piece) if piece[:1] in b"[(" else None
-            body = piece[prefix.end() :] if prefix else piece
+            body, _ = after_rank_prefix(piece)
             if not body.strip():
                 continue
             mark = advance.parse(cut(body))
@@ -358,7 +370,7 @@ class LiveClassifier(SkippedText):
         elif signature is not None:
             self._add(signature, line, shown, None, out)
         else:  # counts, as any lone exception line, only if nothing but redraws follow it
-            self._orphan = (body, shown, line, self._marks_before(line), True)
+            self._orphan = Orphan(body, shown, line, self._marks_before(line), True)
 
     def _frame(self, body: bytes, segment: bytes, line: int) -> None:
         assert self._trace is not None
@@ -430,8 +442,7 @@ class LiveClassifier(SkippedText):
         elif not trace.printed:
             line, text = trace.last_frame or (trace.line, trace.text)
             body = text.strip().encode()
-            prefix = RANK_PREFIX.match(body)
-            body = body[prefix.end() :].strip() if prefix else body
+            body = after_rank_prefix(body)[0].strip()
             if trace.last_frame and is_orphan_exception(body):  # the poster indented it all
                 signature = self._matcher.match(body)
                 self._exception(body, text, signature, out, line, trace, trace.chain)

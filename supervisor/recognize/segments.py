@@ -14,6 +14,12 @@ TEXT_MAX = 500  # characters of a line kept in a finding
 RANK_PREFIX = re.compile(rb"(?:\[(?:rank|default)\d+\]: ?|\((?:\w+ )?pid=\d+(?:, ip=[\d.]+)?\) )+")
 
 
+def after_rank_prefix(segment: bytes) -> tuple[bytes, bool]:
+    """The segment without a launcher's tag before it, and whether it had one."""
+    prefix = RANK_PREFIX.match(segment) if segment[:1] in b"[(" else None
+    return (segment[prefix.end() :], True) if prefix else (segment, False)
+
+
 def cut(segment: bytes) -> bytes:
     """The segment, or its first HEAD and last TAIL bytes around CUT_MARK when overlong."""
     if len(segment) > HEAD + TAIL:
