@@ -36,7 +36,9 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   says it ended ("took 28 s"), a schedule stepped past its total ("Tried to step 60002
   times") and an epoch-end callback missing the metric it monitors ("ReduceLROnPlateau
   conditioned on metric val_loss which is not available") count as training done, for the
-  exception they end in (config errors included).
+  exception they end in (config errors included). So does an evaluation frame (`evaluate`,
+  `validate`, `validation_step`, `val_step`...), except in Lightning's sanity check and for a
+  file or module missing (an evaluation script of its own fails so before any training).
 - An exception line with nothing after its colon (`AssertionError: `) is read with the line
   under it, where torch and others print the message.
 - An exception line standing alone at column 0 (`KeyError: 'boxes'`, a dotted or CamelCase name
@@ -97,10 +99,12 @@ from rsup.supervisor.recognize.inferred import (
     CONNECT_RETRY_WORD,
     CUDA_INIT_WARNING,
     DISTRIBUTED_FRAME,
+    EVAL_FRAME,
     GPU_ABSENT,
     GPU_WARNED,
     HIP_INIT_WARNING,
     IGNORED_BY_PYTHON,
+    SANITY_FRAME,
     TRAINED_FRAME,
     Trace,
     printed_only,
@@ -379,7 +383,11 @@ class LiveClassifier(SkippedText):
         self._trace.last_frame = (line, text_of(segment))
         text = body.decode("utf-8", "replace")
         if TRAINED_FRAME.search(text):
-            self._trace.trained = True
+            self._trace.after_training = True
+        if EVAL_FRAME.search(text):
+            self._trace.evaluating = True
+        if SANITY_FRAME.search(text):
+            self._trace.sanity = True
         if DISTRIBUTED_FRAME.search(text):
             self._distributed = True
         line_of = body.strip()
@@ -407,7 +415,7 @@ class LiveClassifier(SkippedText):
         `trace` (of `chain`), or standing alone (None, None)."""
         if trace is not None and trace.printed == IGNORED_BY_PYTHON:
             return  # never raised
-        marks, trained = (trace.marks, trace.trained) if trace else (None, False)
+        marks, trained = (trace.marks, trace.trained_for(body)) if trace else (None, False)
         signature = signature or self._matcher.match_exception(body)
         if signature is not None:
             self._add(signature, line, shown, chain, out, marks, trained)

@@ -237,9 +237,8 @@ DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod
 # the training loop calls with its epoch ("self.evaluate(epoch, 'test')"), the end of training
 # (`on_train_end` hooks), reading the History that Keras' fit() returned once it finished
 # (`history.history['acc']`). An exception
-# under them is not a config error, even when the excerpt shows no progress. (A function
-# merely named for evaluation is not enough: setup builds eval datasets, and Lightning's
-# sanity check runs validation_step before the first training step.)
+# under them is not a config error, even when the excerpt shows no progress. (EVAL_FRAME
+# below covers evaluation functions called without their epoch.)
 TRAINED_FRAME = re.compile(
     r'[/\\]torch[/\\]serialization\.py", line \d+, in _?save\b'
     r'|[/\\]\w*eval_hooks?\.py"'
@@ -251,6 +250,23 @@ TRAINED_FRAME = re.compile(
     r"\((?:[^()]*,\s*)?epoch\s*[,)]"
     r"|\bhistory\.history\["
 )
+# A frame running an evaluation: `evaluate`, `evaluate_prediction`, `validate`,
+# `validation_step`, `val_step`, `eval_one_epoch`... An evaluation runs a model that has
+# trained (an exception raised in it is not a setup mistake), except in Lightning's sanity
+# check, which runs validation_step before the first training step: a traceback that passes
+# through `_run_sanity_check` (SANITY_FRAME) is still read as before training. Setup checks
+# that merely validate (`validate_config`, `validate_args`) are not evaluations.
+EVAL_FRAME = re.compile(
+    r"(?:, in |\.py in )(?:_?evaluate\w*|_?validate|validation_(?:step|loop|epoch\w*)"
+    r"|val_(?:step|epoch|one_epoch)|valid_(?:step|epoch|one_epoch)"
+    r"|eval_(?:step|epoch|one_epoch)|evaluation_(?:step|loop|epoch\w*))\b"
+)
+# An exception line saying a file, folder or module is missing.
+MISSING = re.compile(
+    rb"FileNotFoundError|ModuleNotFoundError|ImportError|NotADirectoryError|IsADirectoryError"
+    rb"|No such file|[Dd]oes not exist|[Nn]ot found"
+)
+SANITY_FRAME = re.compile(r"\b_?run_sanity_check\b|\bsanity_check\w*\b")
 # The line above a traceback says it was only printed: Python ignored the exception (raised
 # in __del__, a weakref callback or at exit: never raised, whatever it says), or a logger
 # printed it while announcing a retry ("Retry attempt failed:") or under its own warning
@@ -287,5 +303,21 @@ class Trace:
     notebook_class: str | None
     last_frame: tuple[int, str] | None = None
     hint: tuple[Signature, int, str] | None = None  # the deepest frame a signature knows
-    trained: bool = False  # a frame shows the job past training (saving, epoch-end hooks)
+    after_training: bool = False  # a frame only runs once the job trained (TRAINED_FRAME)
+    evaluating: bool = False  # a frame runs an evaluation (EVAL_FRAME)
+    sanity: bool = False  # a frame is Lightning's sanity check (SANITY_FRAME)
     printed: str | None = None  # only printed, not raised: see printed_only
+
+    @property
+    def trained(self) -> bool:
+        """Whether the frames show the job had trained: saving, epoch-end hooks, the end of
+        training."""
+        return self.after_training
+
+    def trained_for(self, exception: bytes) -> bool:
+        """Whether the frames show the job had trained, for the exception line `exception`:
+        also an evaluation outside Lightning's sanity check, unless what failed is a file or
+        module missing (an evaluation script of its own, run before any training, fails so)."""
+        if self.after_training:
+            return True
+        return self.evaluating and not self.sanity and not MISSING.search(exception)

@@ -59,8 +59,8 @@ def test_frames_that_run_only_after_training_make_an_unknown_exception_unknown()
     assert category(mmcv + caught) == C.UNKNOWN
     checked = TRACEBACK + '  File "cfg.py", line 3, in validate_config\n'
     assert category(checked + "ValueError: lr must be > 0\n") == C.CONFIG_ERROR
-    # a function named for evaluation is not enough: setup builds eval datasets, and
-    # Lightning's sanity check runs validation_step before the first training step
+    # a file missing is a setup mistake, even under an evaluation (a script of its own), and
+    # a function that builds what an evaluation needs is setup
     for name in ("build_eval_dataset", "validation_step", "evaluate"):
         named = TRACEBACK + f'  File "t.py", line 3, in {name}\n'
         assert category(named + "FileNotFoundError: [Errno 2] No such file: 'v.json'\n") == (
@@ -84,7 +84,7 @@ def test_degenerate_boxes_in_detr_box_code_are_a_diverged_run_not_a_setup_mistak
     diagnosis = diagnose_text(TRACEBACK + frame + check + "AssertionError\n", catalogue=shipped())
     assert (diagnosis.category, diagnosis.signature) == (C.UNKNOWN, "degenerate-boxes-frame")
     # the same assertion elsewhere is an exception no signature knows
-    other = '  File "/data/check.py", line 3, in validate\n    assert len(x) > 0\n'
+    other = '  File "/data/check.py", line 3, in check_boxes\n    assert len(x) > 0\n'
     assert category(TRACEBACK + other + "AssertionError\n") == C.CONFIG_ERROR
 
 
@@ -744,8 +744,24 @@ def test_an_evaluation_the_training_loop_calls_with_its_epoch_shows_training() -
 
     assert category(failing_in("trainer.test(epoch)")) == C.UNKNOWN
     assert category(failing_in("eval_one_epoch(sess, model, epoch, n_epochs)")) == C.UNKNOWN
-    # an evaluation of its own (no epoch passed) is a run that never trained
-    assert category(failing_in("trainer.test(args.checkpoint)")) == C.CONFIG_ERROR
+
+
+def test_an_exception_raised_in_an_evaluation_is_not_a_setup_mistake() -> None:
+    def under(*names: str, exception: str = "ZeroDivisionError: float division by zero") -> str:
+        frames = "".join(f'  File "t.py", line {n}, in {name}\n' for n, name in enumerate(names))
+        return TRACEBACK + frames + exception + "\n"
+
+    for name in ("evaluate", "evaluate_prediction", "validate", "validation_step", "val_step"):
+        assert category(under("main", name)) == C.UNKNOWN, name
+        # a file or module missing is still the job's setup: an evaluation script of its own
+        missing = "FileNotFoundError: [Errno 2] No such file or directory: 'best.pt'"
+        assert category(under("main", name, exception=missing)) == C.CONFIG_ERROR, name
+    # Lightning's sanity check runs validation_step before the first training step
+    sanity = under("fit", "_run_sanity_check", "run", "validation_step")
+    assert category(sanity) == C.CONFIG_ERROR
+    # checks that validate a setting are setup, not an evaluation
+    for name in ("validate_config", "validate_args", "build_evaluator"):
+        assert category(under("main", name, exception="ValueError: bad lr")) == C.CONFIG_ERROR
 
 
 def test_a_config_error_that_a_bars_last_redraw_shows_came_mid_training_is_unknown() -> None:
