@@ -143,6 +143,10 @@ def test_counters_are_read_from_the_usual_formats() -> None:
     batch = parse(b"INFO: - [Epoch 1/150][Batch 1206/1207] BatchTime = 4.770 (s)")
     assert batch is not None and (batch.epoch, batch.n, batch.trains) == (1, 1206, True)
     assert parse(b"batch size 32") is None  # a size, not a count
+    keras3 = parse("46/47 ━━━━━━━━━━━━━━━━━━━━ 0s 98ms/step - loss: 0.6373".encode())
+    assert keras3 is not None and (keras3.key, keras3.n) == (b"/47", 46)
+    fit = "Epoch 1/5\n46/47 ━━━━━━━━━━━━━━━━━━━━ 0s 98ms/step - loss: 0.6373\n"
+    assert category(fit + "ValueError: Input 0 is incompatible with the layer\n") == C.UNKNOWN
 
 
 # --- 2. a traceback that ends the output is fatal ---------------------------------------------
