@@ -55,7 +55,7 @@ STALLED = _built_in(
 # An exception no signature knows, raised before the job trained: its code, data or setup
 # is wrong, and the same run would raise it again. Not when it names what comes and goes
 # (TRANSIENT: the network, a timeout, the GPU runtime, memory, a helper process gone) or
-# values gone NaN or invalid.
+# values gone NaN or invalid (TensorBoard's "The histogram is empty": the values were NaN).
 UNTRAINED = _built_in(
     C.INFERRED_CONFIG_ERROR,
     C.CONFIG_ERROR,
@@ -72,7 +72,7 @@ TRANSIENT = re.compile(
     r"|HTTP|[Nn]etwork|[Tt]emporar|[Rr]esolve|\b(?:nan|NaN|Nan|NAN|inf|Inf)\b|infinite|finite"
     r"|FloatingPoint|[Ll]oss scale|Input/output error|No space left|[Dd]isk quota|[Ii]nterrupt"
     r"|[Ss]ignal|[Mm]emory|[Dd]evice-side|invalid values|(?:failed to|did not) converge"
-    r"|ill-conditioned|process has (?:shut ?down|died|exited)"
+    r"|ill-conditioned|process has (?:shut ?down|died|exited)|[Hh]istogram is empty"
 )
 # A training loss printed on a progress line ("Epoch: 1, train loss: 0.69"): a step was
 # taken. Not a validation or test loss.

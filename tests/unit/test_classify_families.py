@@ -179,7 +179,63 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
-        ("RuntimeError: CUDA error: operation not supported on this device", C.GPU_MEMORY_FAULT),
+        (
+            "RuntimeError: CUDA error: an uncorrectable NVLink error was detected",
+            C.GPU_MEMORY_FAULT,
+        ),
+        ("RuntimeError: CUDA error: operation not supported", C.HIP_RUNTIME_INIT),
+        (
+            "CUDA Runtime error cudaEventCreate(&begin_) # the provided PTX was compiled with an "
+            "unsupported toolchain., code = cudaErrorUnsupportedPtxVersion [ 222 ]",
+            C.HIP_RUNTIME_INIT,
+        ),
+        ("Error named symbol not found at line 90 in file ops.cu", C.HIP_RUNTIME_INIT),
+        (
+            "RuntimeError: Attempting to use hipBLASLt on a unsupported architecture!",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "[W] [TRT] CUDA initialization failure with error: 222. Please check your CUDA "
+            "installation",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "RuntimeError: Native API failed. Native API returns: -1102 (PI_ERROR_UNINITIALIZED)",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=10.2",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "E tensorflow/stream_executor/cuda/cuda_driver.cc:1204] could not retrieve CUDA device "
+            "count: CUDA_ERROR_NOT_INITIALIZED: initialization error",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "kernel: amdgpu 0000:c2:00.0: ring gfx_0.0.0 timeout, signaled seq=166926",
+            C.GPU_MEMORY_FAULT,
+        ),
+        (
+            "[W1019 18:43:28.514 4242 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=2)"
+            ": Connection reset by peer",
+            C.NCCL_DISTRIBUTED,
+        ),
+        (
+            ':{"description":"Error received from peer ipv4:10.244.14.61:2222",'
+            '"grpc_message":"Socket closed","grpc_status":14}',
+            C.NCCL_DISTRIBUTED,
+        ),
+        (
+            "F0116 10:18:51.745707 14095 syncedmem.hpp:33] Check failed: *ptr host allocation of "
+            "size 29935616 failed",
+            C.HOST_OOM,
+        ),
+        (
+            "Refer to the documentation on how to address the out of memory issue: "
+            "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html.",
+            C.HOST_OOM,
+        ),
         (
             "E pjrt_stream_executor_client.cc:2085] Execution of replica 0 failed: "
             "RESOURCE_EXHAUSTED: Attempting to reserve 11.35G at the bottom of memory.",
@@ -877,6 +933,15 @@ def test_a_run_whose_last_progress_line_prints_a_nan_loss_diverged() -> None:
         category(nan + "slurmstepd: error: *** JOB 12 CANCELLED AT 2024 DUE TO TIME LIMIT ***\n")
         == C.UNKNOWN
     )
+
+
+def test_arguments_a_cli_rejects_are_a_config_error() -> None:
+    usage = "usage: main.py [-h] {fit,validate,test,predict} ...\n"
+    for said in (
+        "error: argument subcommand: invalid choice: 'train'",
+        "main.py: error: argument --lr: invalid float value: 'x'",
+    ):
+        assert category(usage + said + "\n") == C.CONFIG_ERROR, said
 
 
 def test_a_port_already_taken_is_a_config_error() -> None:
