@@ -27,9 +27,13 @@ CATEGORY_PRIORITY: dict[str, int] = {
 # and exception lines). `exception`: only the exception line that ends a traceback (and
 # the exception class a notebook traceback's header names). `frame`: only the frames of a
 # traceback, and only heard when the traceback's exception line is missing (cut off),
-# unknown, or an interrupt; the deepest frame matched speaks.
-LINE_SCOPE, EXCEPTION_SCOPE, FRAME_SCOPE = "line", "exception", "frame"
-SCOPES = (LINE_SCOPE, EXCEPTION_SCOPE, FRAME_SCOPE)
+# unknown, or an interrupt; the deepest frame matched speaks. `tail`: only the last
+# TAIL_LINES lines of the output, read once it has ended, whatever words they hold: for
+# wordings that hold none of the prefilter's trigger words (they cost nothing while the job
+# runs, and are not acted on live).
+LINE_SCOPE, EXCEPTION_SCOPE, FRAME_SCOPE, TAIL_SCOPE = "line", "exception", "frame", "tail"
+SCOPES = (LINE_SCOPE, EXCEPTION_SCOPE, FRAME_SCOPE, TAIL_SCOPE)
+TAIL_LINES = 40
 
 
 @dataclass(frozen=True)

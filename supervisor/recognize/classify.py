@@ -83,7 +83,8 @@ done before it). Loading bars alone (checkpoint shards, tokenising) are not trai
 torch's "CUDA initialization: ..." warning of a broken runtime (driver too old, error 802-804)
 is a survivable `hip_runtime_init`; "Found no NVIDIA driver" alone (a CPU-only machine) counts
 only when an unknown exception follows before training. Speed: lines outside a traceback holding
-no trigger word are skipped in bulk (prescan.py).
+no trigger word are skipped in bulk (prescan.py); signatures of `scope: tail`, whose wordings hold
+no trigger word, are tried on the last TAIL_LINES lines once the output has ended (close()).
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ from typing import NamedTuple
 
 from rsup.supervisor.recognize import advance
 from rsup.supervisor.recognize.advance import Marks
-from rsup.supervisor.recognize.catalogue import Catalogue, Signature
+from rsup.supervisor.recognize.catalogue import TAIL_LINES, Catalogue, Signature
 from rsup.supervisor.recognize.diagnosis import Diagnosis as Diagnosis
 from rsup.supervisor.recognize.diagnosis import Finding as Finding
 from rsup.supervisor.recognize.exitcodes import classify_exit as classify_exit
@@ -151,6 +152,9 @@ from rsup.workers import constants as C
 REPORTED_EVENTS = frozenset({C.GPU_MEMORY_FAULT, C.DATALOADER_WORKER})
 
 
+LAST_BYTES = 16 * 1024  # the end of the output kept for `scope: tail` signatures
+
+
 class Orphan(NamedTuple):
     """A lone exception line, pending: it counts if nothing but redraws of a progress row (or
     more of its message) follow it to the end of the output (LiveClassifier._went_on)."""
@@ -186,6 +190,8 @@ class LiveClassifier(SkippedText):
         self._closed = False
         self._region, self._pos = b"", 0  # the region and offset of the line being read
         self._prev_line = b""  # the last line of the region before, for the line above
+        self._last_bytes = b""  # the end of the output so far, for `scope: tail` signatures
+        self._last_line = 0  # the number of its last line
         self._orphan: Orphan | None = None
         self._printed: tuple[int, str | None] | None = None  # the last traceback's chain, printed
         # An exception line whose message is on the next line ("AssertionError: " then
@@ -227,8 +233,24 @@ class LiveClassifier(SkippedText):
         if self._orphan is not None:  # an exception line without its frames ends the output
             orphan, self._orphan = self._orphan, None
             self._exception(orphan.body, orphan.shown, None, out, orphan.line, None, None)
+        self._read_last_lines(out)
         self._pending, self._head, self._closed = b"", None, True
         return out
+
+    def _read_last_lines(self, out: list[Finding]) -> None:
+        """The `scope: tail` signatures, tried on the last TAIL_LINES lines of the output."""
+        lines = self._last_bytes.split(b"\n")
+        if lines and not lines[-1]:
+            lines.pop()  # the terminator of the last line
+        first = self._last_line - len(lines) + 1
+        start = max(0, len(lines) - TAIL_LINES)
+        for at in range(start, len(lines)):
+            for segment in lines[at].split(b"\r"):
+                body = after_rank_prefix(cut(segment))[0].strip()
+                sig = self._matcher.match_tail(body) if body else None
+                if sig is not None:
+                    self._add(sig, first + at, text_of(segment), None, out)
+                    break
 
     def _continue_cut(self, chunk: bytes, out: list[Finding]) -> bytes:
         """Extend an overlong segment; once its terminator comes, classify it."""
@@ -270,6 +292,9 @@ class LiveClassifier(SkippedText):
         tail = region.rstrip()
         if tail:  # the last line that is not blank, for the line above
             self._prev_line = tail[tail.rfind(b"\n") + 1 :][-4096:]
+        if self._matcher.tail_sigs:
+            self._last_bytes = (self._last_bytes + region[-LAST_BYTES:])[-LAST_BYTES:]
+            self._last_line = self._lines
 
     def _line(self, region: bytes, pos: int, out: list[Finding]) -> int:
         """Classify the segments of the line at `pos`; return where the next line starts."""

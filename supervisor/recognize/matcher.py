@@ -10,6 +10,7 @@ from rsup.supervisor.recognize.catalogue import (
     EXCEPTION_SCOPE,
     FRAME_SCOPE,
     LINE_SCOPE,
+    TAIL_SCOPE,
     Catalogue,
     Signature,
 )
@@ -24,6 +25,7 @@ class Matcher:
         self.fatal = [s for s in fatal if s.scope == LINE_SCOPE]
         self.exception_sigs = [s for s in fatal if s.scope == EXCEPTION_SCOPE]
         self.frame_sigs = [s for s in fatal if s.scope == FRAME_SCOPE]
+        self.tail_sigs = [s for s in fatal if s.scope == TAIL_SCOPE]
         self.benign = [s for s in cat.signatures if not s.fatal]
         self.words, self.words_ci, self.every_line = trigger_words(self.fatal, cat.anchors, extra)
         self.groups = trigger_groups(self.fatal, self.words, self.words_ci)
@@ -54,6 +56,17 @@ class Matcher:
         lowered = body.lower() if lowered is None else lowered
         text = body.decode("utf-8", "replace") if text is None else text
         return any(_matches(s, body, lowered, text) for s in self.benign)
+
+    def match_tail(self, body: bytes) -> Signature | None:
+        """The highest-priority `scope: tail` signature matching a line among the last of
+        the output, unless a warning matches too."""
+        if not self.tail_sigs:
+            return None
+        lowered, text = body.lower(), body.decode("utf-8", "replace")
+        found = next((s for s in self.tail_sigs if _matches(s, body, lowered, text)), None)
+        if found is None or self.harmless(body, lowered, text):
+            return None
+        return found
 
     def match_exception(self, body: bytes) -> Signature | None:
         """The highest-priority `scope: exception` signature matching an exception line."""

@@ -319,6 +319,28 @@ def test_random_chunking_of_a_long_healthy_run_with_a_caught_failure() -> None:
     assert classifier.verdict() == expected
 
 
+def test_wordings_without_a_trigger_word_are_read_in_the_last_lines_once_output_ends() -> None:
+    said = "An MPI communication peer process has unexpectedly disconnected.  This\n"
+    assert category("Epoch 2/10\n" + said + "Local host: node-3\n") == C.NCCL_DISTRIBUTED
+    # not before the output ends (nothing is acted on live), then with its line number
+    live = LiveClassifier(shipped())
+    assert live.feed(("x\n" * 5000 + said).encode()) == []
+    found = live.close()
+    assert [(f.category, f.line) for f in found] == [(C.NCCL_DISTRIBUTED, 5001)]
+    assert live.verdict().line == 5001
+    # cut in chunks of any size, the same line
+    chunked = LiveClassifier(shipped())
+    text = ("row\r" * 3 + "x\n") * 700 + said + "tail\n" * 3
+    data = text.encode()
+    for at in range(0, len(data), 97):
+        chunked.feed(data[at : at + 97])
+    assert [(f.category, f.line) for f in chunked.close()] == [(C.NCCL_DISTRIBUTED, 701)]
+    # further from the end than the last 40 lines, it is not read
+    assert category(said + "Epoch 2/10, step 5/9\n" * 41) == C.NONE
+    # under a rank prefix too
+    assert category("[1,7]<stderr>:" + said) == C.NCCL_DISTRIBUTED
+
+
 def test_a_bad_scope_is_named(tmp_path: Path) -> None:
     path = tmp_path / "extra.yaml"
     path.write_text(
