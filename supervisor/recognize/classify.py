@@ -28,12 +28,9 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   DeepSpeed or Horovod), an unknown exception about a lost connection (reset, refused, broken
   pipe, a socket timeout) is `nccl_distributed`.
 - A traceback Python only printed ("Exception ignored in ...", "Error in atexit...") is not a
-  failure, unless what its exception line reports happened whoever noticed it: a GPU fault, or
-  a DataLoader worker that died (its signal handler raises in whatever frame runs, a destructor
-  too); such a line is excused by training that advances after it. Nor, unless a signature
-  knows its exception or frames, is one printed under a retry's or the program's own warning
-  ("WARNING: ..."), or one that ended a thread other than the main one ("Exception in thread
-  ..."). Its chained tracebacks read the same. Frames that run only
+  failure; nor, unless a signature knows its exception or frames, one printed under a retry's
+  or the program's own warning ("WARNING: ..."), or one that ended a thread other than the main
+  one ("Exception in thread ..."). Its chained tracebacks read the same. Frames that run only
   after training (torch.save, save_checkpoint, picking the best metric, epoch-end and evaluation
   hooks, an evaluation called with the loop's epoch), a printed training loss, an epoch that
   says it ended ("took 28 s"), a schedule stepped past its total ("Tried to step 60002
@@ -90,7 +87,6 @@ no trigger word, are tried on the last TAIL_LINES lines once the output has ende
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 from typing import NamedTuple
 
 from rsup.supervisor.recognize import advance
@@ -143,13 +139,6 @@ from rsup.supervisor.recognize.tracebacks import (
     takes_message,
 )
 from rsup.workers import constants as C
-
-# What an exception Python ignored (raised in __del__ or where it could not propagate) still
-# reports as having happened: a GPU fault (the device context is lost, whoever noticed it), a
-# DataLoader worker that died (torch's and Paddle's SIGCHLD handlers raise wherever the main
-# process happens to be, a destructor included). Training that advances after it excuses it
-# (a worker of an iterator torn down at an epoch's end).
-REPORTED_EVENTS = frozenset({C.GPU_MEMORY_FAULT, C.DATALOADER_WORKER})
 
 
 LAST_BYTES = 16 * 1024  # the end of the output kept for `scope: tail` signatures
@@ -449,12 +438,10 @@ class LiveClassifier(SkippedText):
     ) -> None:
         """The exception line `body` (`shown` in findings) at `line`, of the traceback
         `trace` (of `chain`), or standing alone (None, None)."""
-        signature = signature or self._matcher.match_exception(body)
         if trace is not None and trace.printed == IGNORED_BY_PYTHON:
-            if signature is None or signature.category not in REPORTED_EVENTS:
-                return  # never raised
-            signature = replace(signature, survivable=True)  # lived through if training goes on
+            return  # never raised
         marks, trained = (trace.marks, trace.trained_for(body)) if trace else (None, False)
+        signature = signature or self._matcher.match_exception(body)
         if signature is not None:
             self._add(signature, line, shown, chain, out, marks, trained)
             if signature.category == C.KILLED and trace is not None:
