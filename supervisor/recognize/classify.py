@@ -140,7 +140,6 @@ from rsup.supervisor.recognize.tracebacks import (
 )
 from rsup.workers import constants as C
 
-
 LAST_BYTES = 16 * 1024  # the end of the output kept for `scope: tail` signatures
 
 

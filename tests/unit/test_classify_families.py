@@ -168,6 +168,30 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
             C.GPU_MEMORY_FAULT,
         ),
         ("RuntimeError: CUDA error: operation not supported", C.HIP_RUNTIME_INIT),
+        # the last lines of the output (scope: tail)
+        (
+            "math_functions.cu:79]  cudaSuccess (77 vs. 0)  an illegal memory access was "
+            "encountered",
+            C.GPU_MEMORY_FAULT,
+        ),
+        (
+            "2025-04-23 20:35:34.618070: F external/xla/xla/service/gpu/autotuning/"
+            "gemm_fusion_autotuner.cc:1099] Non-OK-status: executable.status()",
+            C.SEGFAULT_ABORT,
+        ),
+        (
+            "onnxruntime::BFCArena::AllocateRawInternal(size_t, bool) Failed to allocate memory "
+            "for requested buffer of size 939524096",
+            C.OOM,
+        ),
+        ("EI0006: 2024-08-05-18:15:21.270.506 Getting socket times out.", C.NCCL_DISTRIBUTED),
+        ("RPC: /tensorflow.CoordinationService/RegisterTask", C.NCCL_DISTRIBUTED),
+        ("Connection to 10.0.0.5 closed by remote host.", C.KILLED),
+        (
+            "A process in the process pool was terminated abruptly while the future was running "
+            "or pending.",
+            C.HOST_OOM,
+        ),
         (
             "CUDA Runtime error cudaEventCreate(&begin_) # the provided PTX was compiled with an "
             "unsupported toolchain., code = cudaErrorUnsupportedPtxVersion [ 222 ]",
@@ -917,6 +941,14 @@ def test_a_run_whose_last_progress_line_prints_a_nan_loss_diverged() -> None:
         category(nan + "slurmstepd: error: *** JOB 12 CANCELLED AT 2024 DUE TO TIME LIMIT ***\n")
         == C.UNKNOWN
     )
+
+
+def test_a_file_a_recipe_needs_missing_at_the_end_is_a_config_error() -> None:
+    said = "steps/make_fbank_pitch.sh: no such file data/char_eval/wav.scp\n"
+    assert category("stage 1: Feature Generation\n" + said) == C.CONFIG_ERROR
+    # a segfault the output names explains a broken process pool better
+    pool = "A process in the process pool was terminated abruptly while the future was running\n"
+    assert category(pool + "Segmentation fault (core dumped)\n") == C.SEGFAULT_ABORT
 
 
 def test_arguments_a_cli_rejects_are_a_config_error() -> None:
