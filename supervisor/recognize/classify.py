@@ -226,7 +226,8 @@ class LiveClassifier(SkippedText):
         return out
 
     def _read_last_lines(self, out: list[Finding]) -> None:
-        """The `scope: tail` signatures, tried on the last TAIL_LINES lines of the output."""
+        """The `scope: tail` signatures, tried on those of the last TAIL_LINES lines of the
+        output that hold no trigger word (the others were read as they came)."""
         lines = self._last_bytes.split(b"\n")
         if lines and not lines[-1]:
             lines.pop()  # the terminator of the last line
@@ -235,7 +236,9 @@ class LiveClassifier(SkippedText):
         for at in range(start, len(lines)):
             for segment in lines[at].split(b"\r"):
                 body = after_rank_prefix(cut(segment))[0].strip()
-                sig = self._matcher.match_tail(body) if body else None
+                if not body or self._matcher.triggered(body):
+                    continue
+                sig = self._matcher.match_tail(body)
                 if sig is not None:
                     self._add(sig, first + at, text_of(segment), None, out)
                     break

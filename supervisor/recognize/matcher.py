@@ -57,6 +57,12 @@ class Matcher:
         text = body.decode("utf-8", "replace") if text is None else text
         return any(_matches(s, body, lowered, text) for s in self.benign)
 
+    def triggered(self, body: bytes) -> bool:
+        """Whether a line holds a trigger word (it is read as it comes, not skipped)."""
+        if self.every_line or any(word in body for word in self.words):
+            return True
+        return bool(self.words_ci) and any(word in body.lower() for word in self.words_ci)
+
     def match_tail(self, body: bytes) -> Signature | None:
         """The highest-priority `scope: tail` signature matching a line among the last of
         the output, unless a warning matches too."""

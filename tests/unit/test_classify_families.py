@@ -186,6 +186,11 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ),
         ("EI0006: 2024-08-05-18:15:21.270.506 Getting socket times out.", C.NCCL_DISTRIBUTED),
         ("RPC: /tensorflow.CoordinationService/RegisterTask", C.NCCL_DISTRIBUTED),
+        (
+            "E coordination_service.cc:1170] /job:jax_worker/replica:0/task:0 has been set to "
+            "ERROR in coordination service: UNAVAILABLE: Task heartbeat timeout.",
+            C.NCCL_DISTRIBUTED,
+        ),
         ("Connection to 10.0.0.5 closed by remote host.", C.KILLED),
         (
             "A process in the process pool was terminated abruptly while the future was running "
@@ -946,6 +951,8 @@ def test_a_run_whose_last_progress_line_prints_a_nan_loss_diverged() -> None:
 def test_a_file_a_recipe_needs_missing_at_the_end_is_a_config_error() -> None:
     said = "steps/make_fbank_pitch.sh: no such file data/char_eval/wav.scp\n"
     assert category("stage 1: Feature Generation\n" + said) == C.CONFIG_ERROR
+    paddle = ", error happened with msg: ./train_datas/t000.png does not exist!\n"
+    assert category("root ERROR: When parsing line t000.png\n" + paddle) == C.CONFIG_ERROR
     # a segfault the output names explains a broken process pool better
     pool = "A process in the process pool was terminated abruptly while the future was running\n"
     assert category(pool + "Segmentation fault (core dumped)\n") == C.SEGFAULT_ABORT
