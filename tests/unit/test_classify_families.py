@@ -192,6 +192,7 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
             C.NCCL_DISTRIBUTED,
         ),
         ("Connection to 10.0.0.5 closed by remote host.", C.KILLED),
+        ("ERROR [12/20 18:16:20 d2.engine.train_loop]: Exception during training:", C.UNKNOWN),
         (
             "A process in the process pool was terminated abruptly while the future was running "
             "or pending.",
