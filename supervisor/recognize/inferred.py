@@ -55,7 +55,8 @@ STALLED = _built_in(
 # An exception no signature knows, raised before the job trained: its code, data or setup
 # is wrong, and the same run would raise it again. Not when it names what comes and goes
 # (TRANSIENT: the network, a timeout, the GPU runtime, memory, a helper process gone) or
-# values gone NaN or invalid (TensorBoard's "The histogram is empty": the values were NaN).
+# values gone NaN or invalid (TensorBoard's "The histogram is empty": the values were NaN;
+# icefall's "grad_scale is too small": the fp16 loss scale collapsed).
 UNTRAINED = _built_in(
     C.INFERRED_CONFIG_ERROR,
     C.CONFIG_ERROR,
@@ -73,6 +74,7 @@ TRANSIENT = re.compile(
     r"|FloatingPoint|[Ll]oss scale|Input/output error|No space left|[Dd]isk quota|[Ii]nterrupt"
     r"|[Ss]ignal|[Mm]emory|[Dd]evice-side|invalid values|(?:failed to|did not) converge"
     r"|ill-conditioned|process has (?:shut ?down|died|exited)|[Hh]istogram is empty"
+    r"|grad_scale is too small"
 )
 # A training loss printed on a progress line ("Epoch: 1, train loss: 0.69"): a step was
 # taken. Not a validation or test loss.
@@ -141,6 +143,7 @@ TRAINED_MESSAGE = re.compile(
 NET_FAILURE = re.compile(
     r"[Cc]onnection ?(?:[Rr]eset|[Rr]efused|[Cc]losed|[Aa]borted|[Ee]rror)|[Bb]roken ?[Pp]ipe"
     r"|\b[Ss]ocket\b|[Tt]imed? ?out|[Tt]imeout|(?:reset|closed) by peer"
+    r"|[Nn]ame or service not known|\b[Hh]ost not found\b|[Nn]o route to host"
 )
 LINK_LOST = _built_in(
     C.INFERRED_LINK_LOST,

@@ -194,6 +194,35 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ("Connection to 10.0.0.5 closed by remote host.", C.KILLED),
         ("ERROR [12/20 18:16:20 d2.engine.train_loop]: Exception during training:", C.UNKNOWN),
         (
+            "Memory on the node (IP: 10.1.180.84, ID: ba65c80c8aec6b1c) where the task (task ID: "
+            "d221d262, name=head, rank=0,, pid=4503, memory used",
+            C.HOST_OOM,
+        ),
+        (
+            "-[IOGPUMetalCommandBuffer validate]:213: failed assertion `commit an already "
+            "committed command buffer'",
+            C.SEGFAULT_ABORT,
+        ),
+        (
+            "xe 0000:2c:00.0: [drm] GT0: Engine reset: engine_class=ccs, logical_mask: 0x1",
+            C.GPU_MEMORY_FAULT,
+        ),
+        ("[ERROR]  acl set device 0 failed, errorCode = 507033", C.HIP_RUNTIME_INIT),
+        (
+            "E0808 00:12:51.413208   31287 tpu_hal.cc:249] Failed to initialize TPU system with "
+            "error: FAILED_PRECONDITION: Couldn't mmap",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "RuntimeError: SetPrecisionMode: NPU function error: at_npu::native::AclSetCompileopt("
+            "aclCompileOpt::ACL_PRECISION_MODE, precision_mode), error code is 500001",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "Loading shards:   0%|     | 0/2 [00:00<?, ?it/s]zsh: killed     python a.py",
+            C.HOST_OOM,
+        ),
+        (
             "A process in the process pool was terminated abruptly while the future was running "
             "or pending.",
             C.HOST_OOM,
@@ -952,11 +981,26 @@ def test_a_run_whose_last_progress_line_prints_a_nan_loss_diverged() -> None:
 def test_a_file_a_recipe_needs_missing_at_the_end_is_a_config_error() -> None:
     said = "steps/make_fbank_pitch.sh: no such file data/char_eval/wav.scp\n"
     assert category("stage 1: Feature Generation\n" + said) == C.CONFIG_ERROR
+    kohya = "prepare dataset\nNo data found. Please verify arguments / 画像がありません\n"
+    assert category(kohya) == C.CONFIG_ERROR
     paddle = ", error happened with msg: ./train_datas/t000.png does not exist!\n"
     assert category("root ERROR: When parsing line t000.png\n" + paddle) == C.CONFIG_ERROR
     # a segfault the output names explains a broken process pool better
     pool = "A process in the process pool was terminated abruptly while the future was running\n"
     assert category(pool + "Segmentation fault (core dumped)\n") == C.SEGFAULT_ABORT
+
+
+def test_more_words_that_tell_an_exception_is_not_a_setup_mistake() -> None:
+    scale = "RuntimeError: grad_scale is too small, exiting: 1.2924697071141057e-26\n"
+    assert category(TRACEBACK + scale) == C.UNKNOWN  # the fp16 loss scale collapsed
+    store = '  File "/torch/distributed/rendezvous.py", line 143, in _env_rendezvous_handler\n'
+    lost = "ValueError: host not found: Name or service not known\n"
+    assert category(TRACEBACK + store + lost) == C.NCCL_DISTRIBUTED  # the master is not up
+    worker = (
+        '  File "/torch/utils/data/_utils/signal_handling.py", line 66, in handler\n'
+        "    _error_if_any_worker_fails()\nRuntimeError: DataLo"
+    )
+    assert category(TRACEBACK + worker) == C.DATALOADER_WORKER  # cut off, told by its frame
 
 
 def test_arguments_a_cli_rejects_are_a_config_error() -> None:
