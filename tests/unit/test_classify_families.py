@@ -193,6 +193,7 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ),
         ("Connection to 10.0.0.5 closed by remote host.", C.KILLED),
         ("ERROR [12/20 18:16:20 d2.engine.train_loop]: Exception during training:", C.UNKNOWN),
+        ("Worker timed out after 120 seconds. This might be caused by ", C.DATALOADER_WORKER),
         (
             "Memory on the node (IP: 10.1.180.84, ID: ba65c80c8aec6b1c) where the task (task ID: "
             "d221d262, name=head, rank=0,, pid=4503, memory used",
