@@ -195,6 +195,16 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ("ERROR [12/20 18:16:20 d2.engine.train_loop]: Exception during training:", C.UNKNOWN),
         ("Worker timed out after 120 seconds. This might be caused by ", C.DATALOADER_WORKER),
         (
+            "subprocess.CalledProcessError: Command '['python.exe', 'flux_train.py']' returned "
+            "non-zero exit status 3221225477",
+            C.SEGFAULT_ABORT,
+        ),
+        (
+            "E1027 15:11:27.184481 3266602 cuda_dnn.cc:456] Loaded runtime CuDNN library: 9.10.1 "
+            "but source was compiled with: 9.13.1.",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
             "Memory on the node (IP: 10.1.180.84, ID: ba65c80c8aec6b1c) where the task (task ID: "
             "d221d262, name=head, rank=0,, pid=4503, memory used",
             C.HOST_OOM,
@@ -992,6 +1002,11 @@ def test_a_file_a_recipe_needs_missing_at_the_end_is_a_config_error() -> None:
     assert category("stage 1: Feature Generation\n" + said) == C.CONFIG_ERROR
     kohya = "prepare dataset\nNo data found. Please verify arguments / 画像がありません\n"
     assert category(kohya) == C.CONFIG_ERROR
+    assert category(kohya.replace("No data", "ERROR    No data")) == C.CONFIG_ERROR
+    ultra = "RuntimeError: Dataset 'bvn.yaml' error\nDataset 'bvn.yaml' images not found\n"
+    assert category(ultra + "Note dataset download directory is 'D:\\datasets'\n") == (
+        C.CONFIG_ERROR
+    )
     paddle = ", error happened with msg: ./train_datas/t000.png does not exist!\n"
     assert category("root ERROR: When parsing line t000.png\n" + paddle) == C.CONFIG_ERROR
     # a segfault the output names explains a broken process pool better
@@ -1010,6 +1025,16 @@ def test_more_words_that_tell_an_exception_is_not_a_setup_mistake() -> None:
         "    _error_if_any_worker_fails()\nRuntimeError: DataLo"
     )
     assert category(TRACEBACK + worker) == C.DATALOADER_WORKER  # cut off, told by its frame
+
+
+def test_cuda_shutting_down_as_the_process_exits_is_no_cause() -> None:
+    step = "2017-03-17 00:24:34.693612: step 9990, loss = 0.79\n"
+    deinit = (
+        "E tensorflow/stream_executor/cuda/cuda_event.cc:49] Error polling for event status: "
+        "failed to query event: CUDA_ERROR_DEINITIALIZED\n"
+    )
+    assert category(step + deinit) == C.NONE
+    assert category(step + deinit + "Aborted (core dumped)\n") == C.SEGFAULT_ABORT
 
 
 def test_arguments_a_cli_rejects_are_a_config_error() -> None:
