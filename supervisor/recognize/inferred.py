@@ -70,7 +70,8 @@ UNTRAINED = _built_in(
 )
 TRANSIENT = re.compile(
     r"\b(?:CUDA|HIP|NCCL)\b|[Cc]u(?:DNN|dnn|BLAS|blas)|CUDNN|CUBLAS|[Tt]ime[ds]? ?out|[Cc]onnect"
-    r"|HTTP|[Nn]etwork|[Tt]emporar|[Rr]esolve|\b(?:nan|NaN|Nan|NAN|inf|Inf)\b|infinite|finite"
+    r"|HTTP|[Nn]etwork|[Tt]emporar(?:y failure|ily)|[Rr]esolve|\b(?:nan|NaN|Nan|NAN|inf|Inf)\b"
+    r"|infinite|finite"
     r"|FloatingPoint|[Ll]oss scale|Input/output error|No space left|[Dd]isk quota|[Ii]nterrupt"
     r"|[Ss]ignal|[Mm]emory|[Dd]evice-side|invalid values|(?:failed to|did not) converge"
     r"|ill-conditioned|process has (?:shut ?down|died|exited)|[Hh]istogram is empty"

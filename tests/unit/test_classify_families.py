@@ -195,6 +195,45 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ("ERROR [12/20 18:16:20 d2.engine.train_loop]: Exception during training:", C.UNKNOWN),
         ("Worker timed out after 120 seconds. This might be caused by ", C.DATALOADER_WORKER),
         (
+            "nrtd[1]: [NRTD:nrtd_main] Failed to initialize devices: , attempt: 1",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            " 332066:332438 ERROR   ENC:ncclBootstrapRecv   [nec_dev 20] bootstrapSend failed",
+            C.NCCL_DISTRIBUTED,
+        ),
+        ("ERROR:tensorflow:Model diverged with loss = NaN.", C.UNKNOWN),
+        (
+            "RESOURCE_EXHAUSTED: Ran out of memory in memory space vmem while allocating on stack",
+            C.OOM,
+        ),
+        (
+            "RuntimeError: Could not allocate tensor with 2123366400 bytes. There is not enough "
+            "GPU video memory available!",
+            C.OOM,
+        ),
+        (
+            "libc++abi: terminating due to uncaught exception of type std::runtime_error: "
+            "[malloc_or_wait] Unable to allocate 9663676416 bytes.",
+            C.OOM,
+        ),
+        ("level_zero backend failed with error: 39 [UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY]", C.OOM),
+        (
+            "EE9999  fftsplus task execute failed, dev_id=5, err_type=13[hccl fftsplus timeout]"
+            "[FUNC:GetError][FILE:stream.cc][LINE:1512]",
+            C.NCCL_DISTRIBUTED,
+        ),
+        (
+            "Kernel task happen error, retCode=0x26, [aicore exception].[FUNC:PreCheckTaskErr]",
+            C.GPU_MEMORY_FAULT,
+        ),
+        ("Error: llama runner process has terminated: signal: killed", C.HOST_OOM),
+        (
+            "0%|   | 0/19 [00:00<?, ?it/s]/AppleInternal/Library/BuildRoots/91a3/Library/Caches/"
+            "MPSNDArrayGatherND.mm:256: failed assertion `Rank of updates array (1) must be'",
+            C.SEGFAULT_ABORT,
+        ),
+        (
             "subprocess.CalledProcessError: Command '['python.exe', 'flux_train.py']' returned "
             "non-zero exit status 3221225477",
             C.SEGFAULT_ABORT,
@@ -1025,6 +1064,16 @@ def test_more_words_that_tell_an_exception_is_not_a_setup_mistake() -> None:
         "    _error_if_any_worker_fails()\nRuntimeError: DataLo"
     )
     assert category(TRACEBACK + worker) == C.DATALOADER_WORKER  # cut off, told by its frame
+
+
+def test_an_operator_a_backend_lacks_is_a_setup_mistake_even_with_a_temporary_fix_offered() -> None:
+    mps = (
+        "NotImplementedError: The operator 'aten::hardsigmoid.out' is not currently implemented "
+        "for the MPS device. As a temporary fix, you can set PYTORCH_ENABLE_MPS_FALLBACK=1\n"
+    )
+    assert category(mps) == C.CONFIG_ERROR
+    dns = "OSError: [Errno -3] Temporary failure in name resolution\n"
+    assert category(TRACEBACK + dns) != C.CONFIG_ERROR  # what comes and goes is not setup
 
 
 def test_cuda_shutting_down_as_the_process_exits_is_no_cause() -> None:
