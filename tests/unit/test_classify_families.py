@@ -195,6 +195,22 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ("ERROR [12/20 18:16:20 d2.engine.train_loop]: Exception during training:", C.UNKNOWN),
         ("Worker timed out after 120 seconds. This might be caused by ", C.DATALOADER_WORKER),
         (
+            "dgl._ffi.base.DGLError: [12:48:37] /opt/dgl/src/array/cuda/rowwise_sampling.cu:332: "
+            "Check failed: e == cudaSuccess || e == cudaErrorCudartUnloading: CUDA: an illegal "
+            "memory access was encountered",
+            C.GPU_MEMORY_FAULT,
+        ),
+        (
+            "RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: Error allocating device "
+            "buffer: Attempting to allocate 129.50M. That was not possible.",
+            C.OOM,
+        ),
+        (
+            "init.cc:1582 NCCL WARN Cuda failure 'CUDA driver version is insufficient for CUDA "
+            "runtime version'",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
             "nrtd[1]: [NRTD:nrtd_main] Failed to initialize devices: , attempt: 1",
             C.HIP_RUNTIME_INIT,
         ),
