@@ -195,6 +195,11 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ("ERROR [12/20 18:16:20 d2.engine.train_loop]: Exception during training:", C.UNKNOWN),
         ("Worker timed out after 120 seconds. This might be caused by ", C.DATALOADER_WORKER),
         (
+            "13:54:28 ERROR    Uncaught exception: Could not allocate memory: C:\\tiny-cuda-nn/"
+            "gpu_memory.h:112 cudaMalloc(&rawptr, n_bytes+DEBUG_GUARD_SIZE*2) failed with",
+            C.OOM,
+        ),
+        (
             "dgl._ffi.base.DGLError: [12:48:37] /opt/dgl/src/array/cuda/rowwise_sampling.cu:332: "
             "Check failed: e == cudaSuccess || e == cudaErrorCudartUnloading: CUDA: an illegal "
             "memory access was encountered",
