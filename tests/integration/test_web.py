@@ -122,7 +122,15 @@ class Stream:
         return None
 
     def close(self) -> None:
+        """Shut the socket first: the reader thread is blocked in a read, and closing the
+        response alone waits for that read's timeout (30 s)."""
+        connection = getattr(self.response.raw, "connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         self.response.close()
+        self.thread.join(10)
 
 
 def test_stream_delivers_a_state_change(tmp_path: Path) -> None:
