@@ -117,7 +117,7 @@ def test_budget_reached_during_backoff_is_not_restarted(rsupd: Rsupd, tmp_path: 
 
 
 def test_sigusr2_writes_what_grew_since_ready(tmp_path: Path) -> None:
-    with running_rsupd(tmp_path, {"PYTHONTRACEMALLOC": "4"}) as daemon:
+    with running_rsupd(tmp_path, {"PYTHONTRACEMALLOC": "1"}) as daemon:
         spec = write_spec(tmp_path, "talk", [sys.executable, "-c", "print('hello')"])
         assert daemon.cli("start", str(spec)).returncode == 0
         daemon.wait_state("talk", "succeeded")
