@@ -195,6 +195,63 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ("ERROR [12/20 18:16:20 d2.engine.train_loop]: Exception during training:", C.UNKNOWN),
         ("Worker timed out after 120 seconds. This might be caused by ", C.DATALOADER_WORKER),
         (
+            "Could not load library libcudnn_cnn_train.so.8. Error: /usr/local/cuda/lib64/"
+            "libcudnn_cnn_train.so.8: undefined symbol: _ZN5cudnn3cnn34layerNormFwd",
+            C.HIP_RUNTIME_INIT,
+        ),
+        ("Could not load library cudnn_cnn_infer64_8.dll. Error code 193", C.HIP_RUNTIME_INIT),
+        ("RuntimeError: CUDNN_STATUS_NOT_INITIALIZED", C.HIP_RUNTIME_INIT),
+        (
+            "THCudaCheck FAIL file=/pytorch/torch/lib/THC/THCGeneral.c line=66 error=30 : "
+            "unknown error",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "TVMError: ROCM HIP Error: hipModuleLoadData(&(module_[device_id]), data_.c_str()) "
+            "failed with error: shared object initialization failed",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "Error during Intel loadBinary: ZE_RESULT_ERROR_MODULE_BUILD_FAILURE",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "RuntimeError: Native API failed. Native API returns: -996 (Function exists but "
+            "address is not available)",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "ExternalError: Hip error(1), invalid arguement. (at rocm_info.cc: 137)",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "EH9999  [Init][Env]init env failed![FUNC:ReportInnerError][FILE:log_inner.cpp]",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "open device 0 failed, runtime result = 107001.[FUNC:ReportCallError]",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "ray.exceptions.RayTaskError(NcclError): ray::Worker.compute() (pid=2574988)",
+            C.NCCL_DISTRIBUTED,
+        ),
+        ("PyTorch no longer supports this GPU because it is too old.", C.HIP_RUNTIME_INIT),
+        (
+            "ggml_cuda_init: failed to initialize ROCm: no ROCm-capable device is detected",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "ptxas application ptx input, line 9; fatal   : Unsupported .version 7.3; current "
+            "version is '7.2'",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "Exception in device=TPU:6: tensorflow/compiler/xla/xla_client/mesh_service.cc:294 : "
+            "Failed to meet rendezvous 'loss_reduce': Socket closed (14)",
+            C.NCCL_DISTRIBUTED,
+        ),
+        (
             "13:54:28 ERROR    Uncaught exception: Could not allocate memory: C:\\tiny-cuda-nn/"
             "gpu_memory.h:112 cudaMalloc(&rawptr, n_bytes+DEBUG_GUARD_SIZE*2) failed with",
             C.OOM,
