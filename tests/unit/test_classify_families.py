@@ -202,6 +202,12 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ("Could not load library cudnn_cnn_infer64_8.dll. Error code 193", C.HIP_RUNTIME_INIT),
         ("RuntimeError: CUDNN_STATUS_NOT_INITIALIZED", C.HIP_RUNTIME_INIT),
         (
+            "THCudaCheck FAIL file= torch/extra/cutorch/lib/THC/THCGeneral.c line=70 error=30 : "
+            "unknown error",
+            C.HIP_RUNTIME_INIT,
+        ),
+        ("  what():  HIP error: no ROCm-capable device is detected", C.HIP_RUNTIME_INIT),
+        (
             "THCudaCheck FAIL file=/pytorch/torch/lib/THC/THCGeneral.c line=66 error=30 : "
             "unknown error",
             C.HIP_RUNTIME_INIT,
