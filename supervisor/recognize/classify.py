@@ -151,6 +151,7 @@ class Orphan(NamedTuple):
     shown: str
     line: int
     marks: Marks  # the progress seen before it, and the rows first seen after it
+    message_under: bool = False  # its message began on the line under it ("RuntimeError:")
 
 
 @functools.lru_cache(maxsize=4)
@@ -369,17 +370,17 @@ class LiveClassifier(SkippedText):
     def _went_on(self, text: bytes) -> bool:
         """Whether output went on after the pending lone exception line: any line but a
         redraw of a progress row (advance.redraw: the same count again, or the one bar tqdm
-        closes at its total as the program exits), or an indented line that is not a
-        traceback's frame (more of its message: "  In bindings string line 2")."""
+        closes at its total as the program exits), or, under an exception line whose message
+        began on the line under it, an indented line (more of that message)."""
         assert self._orphan is not None
-        marks = self._orphan.marks
+        marks, message_under = self._orphan.marks, self._orphan.message_under
         for piece in text.splitlines():
             body, _ = after_rank_prefix(piece)
             if not body.strip():
                 continue
             mark = advance.parse(cut(body))
-            if mark is None and body[:1] in b" \t" and not body.lstrip().startswith(b'File "'):
-                continue  # the message goes on under it (indented, and not a traceback's frame)
+            if mark is None and message_under and body[:1] in b" \t":
+                continue  # the message goes on under it
             if mark is None or not advance.redraw(mark, marks):
                 return True
             marks.absorb(mark)
@@ -400,7 +401,7 @@ class LiveClassifier(SkippedText):
         elif signature is not None:
             self._add(signature, line, shown, None, out)
         else:  # counts, as any lone exception line, only if nothing but redraws follow it
-            self._orphan = Orphan(body, shown, line, self._marks_before(line))
+            self._orphan = Orphan(body, shown, line, self._marks_before(line), True)
 
     def _frame(self, body: bytes, segment: bytes, line: int) -> None:
         assert self._trace is not None
