@@ -3,8 +3,8 @@
 A progress segment is one line, or one "\\r" redraw of a bar, that shows a counter: an
 epoch (`Epoch 3/10`, `epoch: 5`, `[Epoch 10/250]`, an Ultralytics row `  3/100  2.61G ...`)
 and/or a step counter (tqdm and Keras bars `34/54 [`, `17671it [`, `[ 120/1251]`, Keras 3's
-`46/47 ━━━`, `step 100/600`, `Iter 2040/2068`, `Step #4000`, a Hugging Face Trainer row's
-`'epoch': 0.53`); every one holds a "/", "it [",
+`46/47 ━━━` and rich's `━━━ 25/32`, `step 100/600`, `Iter 2040/2068`, `Step #4000`, a Hugging
+Face Trainer row's `'epoch': 0.53`); every one holds a "/", "it [",
 "poch", "POCH", "tep", "TEP", "iter", "Iter" or "ITER". A step counter is told apart from the
 counters of other rows by its key: the total it counts to, or its word (`step`, `it`).
 
@@ -30,8 +30,14 @@ _BAR = re.compile(rb"(\d+)/(\d+|\?) ?\Z")  # tqdm, Keras: "34/54 [", read back f
 _RATE = re.compile(rb"(\d+(?:\.\d+)?)s/it\b")  # tqdm's seconds per iteration
 STALL_S = 1000.0  # seconds per iteration from which a bar shows a job that has all but stopped
 _ITS = re.compile(rb"(\d+)it \Z")  # tqdm without a total: "17671it ["
-# Keras 3 and rich bars draw with box lines, not "[": "46/47 ━━━━━━━━━━ 0s 98ms/step"
-_LINE_BAR = re.compile(rb"(\d+)/(\d+) +(?:\x1b\[[\d;]*m)*\xe2\x94\x81")
+# Bars drawn with box lines, not "[". Keras 3 writes its count first, between colour codes
+# ("\x1b[1m46/47\x1b[0m \x1b[32m━━━━\x1b[0m 0s 98ms/step"); rich (Lightning's RichProgressBar)
+# writes it after the bar ("Epoch 0/9  ━━━━━━ 25/32 0:00:05"), the epoch before it.
+_ANSI = rb"(?:\x1b\[[\d;]*m)*"
+_COUNT_AFTER = re.compile(rb"\xe2\x94\x81" + _ANSI + rb" +" + _ANSI + rb"(\d+)/(\d+)\b")
+_COUNT_FIRST = re.compile(
+    rb"^\s*" + _ANSI + rb"(\d+)/(\d+)" + _ANSI + rb" +" + _ANSI + rb"\xe2\x94\x81"
+)
 _BRACKET = re.compile(rb"\[\s*(\d+)/(\d+)(?:\]|\s+(?!\d))")  # [ 120/1251]
 _WORD = re.compile(
     rb"(?:[Ss]tep|STEP|[Ii]ter(?:ation)?|ITER(?:ATION)?)\b[\s:#=]*(\d[\d,]*)(?:\s*/\s*(\d+))?"
@@ -92,7 +98,7 @@ def parse(segment: bytes) -> Mark | None:
         if mark is not None:
             return mark
     if b"\xe2\x94\x81" in segment:
-        line_bar = _LINE_BAR.search(segment)
+        line_bar = _COUNT_AFTER.search(segment) or _COUNT_FIRST.match(segment)
         if line_bar is not None:
             return Mark(epoch, epochs, b"/" + line_bar[2], int(line_bar[1]))
     word = _match_word(segment, _WORDS, 0, _WORD) or _match_word(segment, _BATCH_WORDS, 0, _BATCH)

@@ -28,8 +28,9 @@ CATEGORY_PRIORITY: dict[str, int] = {
 # the exception class a notebook traceback's header names). `frame`: only the frames of a
 # traceback, and only heard when the traceback's exception line is missing (cut off),
 # unknown, or an interrupt; the deepest frame matched speaks. `tail`: only the last
-# TAIL_LINES lines of the output, read once it has ended, whatever words they hold: for
-# wordings that hold none of the prefilter's trigger words (they cost nothing while the job
+# TAIL_LINES lines of the output (of its last 16 KiB), read once it has ended, and of those
+# only the lines that hold no trigger word and are not part of a traceback (the live pass
+# read the others): for wordings without a trigger word (they cost nothing while the job
 # runs, and are not acted on live).
 LINE_SCOPE, EXCEPTION_SCOPE, FRAME_SCOPE, TAIL_SCOPE = "line", "exception", "frame", "tail"
 SCOPES = (LINE_SCOPE, EXCEPTION_SCOPE, FRAME_SCOPE, TAIL_SCOPE)
@@ -58,7 +59,7 @@ class Signature:
     # A job can live through it (a caught OOM, a logged import error): a match followed
     # by progress is not a cause of death.
     survivable: bool = False
-    scope: str = LINE_SCOPE  # where it is tried: line, exception, frame (see SCOPES)
+    scope: str = LINE_SCOPE  # where it is tried: line, exception, frame, tail (see SCOPES)
     # Literals of which every match contains one too, chosen to hold a `prefilter` word
     # where the pattern allows: what is searched for in whole chunks (empty: keywords).
     triggers: tuple[bytes, ...] = ()

@@ -37,8 +37,8 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   times") and an epoch-end callback missing the metric it monitors ("ReduceLROnPlateau
   conditioned on metric val_loss which is not available") count as training done, for the
   exception they end in (config errors included). So does an evaluation frame (`evaluate`,
-  `validate`, `validation_step`, `val_step`...), except in Lightning's sanity check and for a
-  file or module missing (an evaluation script of its own fails so before any training).
+  `validation_step`, `val_step`...) for an exception no signature knows, except in Lightning's
+  sanity check and for a file or module missing (an evaluation script of its own fails so).
 - An exception line with nothing after its colon (`AssertionError: `) is read with the line
   under it, where torch and others print the message.
 - An exception line standing alone at column 0 (`KeyError: 'boxes'`, a dotted or CamelCase name
@@ -87,6 +87,7 @@ no trigger word, are tried on the last TAIL_LINES lines once the output has ende
 from __future__ import annotations
 
 import functools
+from collections import deque
 from typing import NamedTuple
 
 from rsup.supervisor.recognize import advance
@@ -179,7 +180,8 @@ class LiveClassifier(SkippedText):
         self._region, self._pos = b"", 0  # the region and offset of the line being read
         self._prev_line = b""  # the last line of the region before, for the line above
         self._last_bytes = b""  # the end of the output so far, for `scope: tail` signatures
-        self._last_line = 0  # the number of its last line
+        self._last_line = 0  # the number of its last complete line
+        self._traced: deque[int] = deque(maxlen=4 * TAIL_LINES)  # lines read in tracebacks
         self._orphan: Orphan | None = None
         self._printed: tuple[int, str | None] | None = None  # the last traceback's chain, printed
         # An exception line whose message is on the next line ("AssertionError: " then
@@ -226,14 +228,23 @@ class LiveClassifier(SkippedText):
         return out
 
     def _read_last_lines(self, out: list[Finding]) -> None:
-        """The `scope: tail` signatures, tried on those of the last TAIL_LINES lines of the
-        output that hold no trigger word (the others were read as they came)."""
-        lines = self._last_bytes.split(b"\n")
+        """The `scope: tail` signatures, tried on the last TAIL_LINES lines of the output (of
+        its last LAST_BYTES) that hold no trigger word and are not part of a traceback: the
+        others were read as they came."""
+        data = self._last_bytes
+        if len(data) >= LAST_BYTES:  # the window may begin inside a line: not a line to read
+            data = data[data.find(b"\n") + 1 :] if b"\n" in data else b""
+        lines = data.split(b"\n")
+        last = self._last_line
         if lines and not lines[-1]:
             lines.pop()  # the terminator of the last line
-        first = self._last_line - len(lines) + 1
-        start = max(0, len(lines) - TAIL_LINES)
-        for at in range(start, len(lines)):
+        else:
+            last += 1  # the output ends inside a line ("\r" redraws): the line after
+        first = last - len(lines) + 1
+        traced = set(self._traced)
+        for at in range(max(0, len(lines) - TAIL_LINES), len(lines)):
+            if first + at in traced:
+                continue
             for segment in lines[at].split(b"\r"):
                 body = after_rank_prefix(cut(segment))[0].strip()
                 if not body or self._matcher.triggered(body):
@@ -322,6 +333,8 @@ class LiveClassifier(SkippedText):
         tb = self._tb
         role = tb.step(body)
         line = self._lines + 1
+        if role != PLAIN or tb.state != IDLE:
+            self._traced.append(line)
         if tb.cut:
             self._end_trace(out)
         if tb.started:
@@ -442,7 +455,7 @@ class LiveClassifier(SkippedText):
         `trace` (of `chain`), or standing alone (None, None)."""
         if trace is not None and trace.printed == IGNORED_BY_PYTHON:
             return  # never raised
-        marks, trained = (trace.marks, trace.trained_for(body)) if trace else (None, False)
+        marks, trained = (trace.marks, trace.trained) if trace else (None, False)
         signature = signature or self._matcher.match_exception(body)
         if signature is not None:
             self._add(signature, line, shown, chain, out, marks, trained)
@@ -454,6 +467,7 @@ class LiveClassifier(SkippedText):
             text = body.decode("utf-8", "replace")
             harmless = bool(trace and trace.printed) or self._matcher.harmless(body)
             if is_failure_exception(text) and not harmless:
+                trained = trace.trained_for(body) if trace else False
                 self._unknown_exception(text, line, shown, chain, marks, trained)
 
     def _end_trace(self, out: list[Finding]) -> None:

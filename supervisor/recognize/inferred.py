@@ -254,14 +254,15 @@ TRAINED_FRAME = re.compile(
     r"\((?:[^()]*,\s*)?epoch\s*[,)]"
     r"|\bhistory\.history\["
 )
-# A frame running an evaluation: `evaluate`, `evaluate_prediction`, `validate`,
-# `validation_step`, `val_step`, `eval_one_epoch`... An evaluation runs a model that has
-# trained (an exception raised in it is not a setup mistake), except in Lightning's sanity
-# check, which runs validation_step before the first training step: a traceback that passes
-# through `_run_sanity_check` (SANITY_FRAME) is still read as before training. Setup checks
-# that merely validate (`validate_config`, `validate_args`) are not evaluations.
+# A frame running an evaluation: `evaluate`, `evaluate_prediction`, `validation_step`,
+# `val_step`, `eval_one_epoch`... An evaluation runs a model that has trained: an exception
+# no signature knows, raised in it, is not a setup mistake. Except in Lightning's sanity check,
+# which runs validation_step before the first training step: a traceback that passes through
+# `_run_sanity_check` (SANITY_FRAME) is still read as before training. Not `validate` (setup
+# and libraries name their checks so: jsonschema, GenerationConfig.validate), nor a private
+# `_evaluate` (Hugging Face's Trainer evaluates before training with eval_on_start).
 EVAL_FRAME = re.compile(
-    r"(?:, in |\.py in )(?:_?evaluate\w*|_?validate|validation_(?:step|loop|epoch\w*)"
+    r"(?:, in |\.py in )(?:evaluate\w*|validation_(?:step|loop|epoch\w*)"
     r"|val_(?:step|epoch|one_epoch)|valid_(?:step|epoch|one_epoch)"
     r"|eval_(?:step|epoch|one_epoch)|evaluation_(?:step|loop|epoch\w*))\b"
 )
@@ -319,9 +320,10 @@ class Trace:
         return self.after_training
 
     def trained_for(self, exception: bytes) -> bool:
-        """Whether the frames show the job had trained, for the exception line `exception`:
-        also an evaluation outside Lightning's sanity check, unless what failed is a file or
-        module missing (an evaluation script of its own, run before any training, fails so)."""
+        """Whether the frames show the job had trained, for an exception line no signature
+        knows (`exception`): also an evaluation outside Lightning's sanity check, unless what
+        failed is a file or module missing (an evaluation script of its own, run before any
+        training, fails so). A setup mistake a signature knows stays one under an evaluation."""
         if self.after_training:
             return True
         return self.evaluating and not self.sanity and not MISSING.search(exception)

@@ -58,8 +58,10 @@ class Matcher:
         return any(_matches(s, body, lowered, text) for s in self.benign)
 
     def triggered(self, body: bytes) -> bool:
-        """Whether a line holds a trigger word (it is read as it comes, not skipped)."""
-        if self.every_line or any(word in body for word in self.words):
+        """Whether a line holds a trigger word: the live pass reads it as it comes (a
+        keywordless signature of a user's makes it read every line, but the tail signatures
+        still read those that hold no trigger word)."""
+        if any(word in body for word in self.words):
             return True
         return bool(self.words_ci) and any(word in body.lower() for word in self.words_ci)
 

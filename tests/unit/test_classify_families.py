@@ -244,6 +244,16 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ),
         ("PyTorch no longer supports this GPU because it is too old.", C.HIP_RUNTIME_INIT),
         (
+            "ggml_cuda_init: failed to initialize CUDA: no CUDA-capable device is detected",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "E cuda_driver.cc:1125] failed to load PTX text as a module: "
+            "CUDA_ERROR_UNSUPPORTED_PTX_VERSION: the provided PTX was compiled with an "
+            "unsupported toolchain.",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
             "ggml_cuda_init: failed to initialize ROCm: no ROCm-capable device is detected",
             C.HIP_RUNTIME_INIT,
         ),
@@ -1000,7 +1010,7 @@ def test_an_exception_raised_in_an_evaluation_is_not_a_setup_mistake() -> None:
         frames = "".join(f'  File "t.py", line {n}, in {name}\n' for n, name in enumerate(names))
         return TRACEBACK + frames + exception + "\n"
 
-    for name in ("evaluate", "evaluate_prediction", "validate", "validation_step", "val_step"):
+    for name in ("evaluate", "evaluate_prediction", "validation_step", "val_step"):
         assert category(under("main", name)) == C.UNKNOWN, name
         # a file or module missing is still the job's setup: an evaluation script of its own
         missing = "FileNotFoundError: [Errno 2] No such file or directory: 'best.pt'"
@@ -1008,9 +1018,13 @@ def test_an_exception_raised_in_an_evaluation_is_not_a_setup_mistake() -> None:
     # Lightning's sanity check runs validation_step before the first training step
     sanity = under("fit", "_run_sanity_check", "run", "validation_step")
     assert category(sanity) == C.CONFIG_ERROR
-    # checks that validate a setting are setup, not an evaluation
-    for name in ("validate_config", "validate_args", "build_evaluator"):
+    # checks that validate a setting are setup, not an evaluation (jsonschema's and
+    # GenerationConfig's `validate` too), and so is the Trainer's evaluation before training
+    for name in ("validate", "validate_config", "validate_args", "build_evaluator", "_evaluate"):
         assert category(under("main", name, exception="ValueError: bad lr")) == C.CONFIG_ERROR
+    # a setup mistake a signature knows stays one under an evaluation
+    mismatch = "RuntimeError: Error(s) in loading state_dict for Net:"
+    assert category(under("main", "evaluate", exception=mismatch)) == C.CONFIG_ERROR
 
 
 def test_a_config_error_that_a_bars_last_redraw_shows_came_mid_training_is_unknown() -> None:
@@ -1150,6 +1164,23 @@ def test_an_operator_a_backend_lacks_is_a_setup_mistake_even_with_a_temporary_fi
     assert category(mps) == C.CONFIG_ERROR
     dns = "OSError: [Errno -3] Temporary failure in name resolution\n"
     assert category(TRACEBACK + dns) != C.CONFIG_ERROR  # what comes and goes is not setup
+
+
+def test_consequences_a_distributed_job_prints_yield_to_their_cause() -> None:
+    reset = (
+        "[rank1]:[W1019 18:43:28.514 4242 TCPStore.cpp:125] [c10d] recvValue failed on "
+        "SocketImpl(fd=2): Connection reset by peer\n"
+    )
+    assert category(reset) == C.NCCL_DISTRIBUTED
+    # rank 0 died of its own exception: the store it held went with it
+    died = "Epoch 3/10\n" + TRACEBACK + "ValueError: bad thing\n"
+    assert category(died + reset) == C.UNKNOWN
+    # any gRPC client prints this while it retries: training going on excuses it
+    grpc = 'W grpc debug_error_string = "UNKNOWN:Error received from peer ipv4:1.2.3.4:443"\n'
+    assert category("Epoch 3/10\n" + grpc) == C.NCCL_DISTRIBUTED
+    assert category("Epoch 3/10\n" + grpc + "Epoch 4/10\nEpoch 5/10\nTerminated\n") == (C.KILLED)
+    hccl = "EE9999  fftsplus task execute failed, err_type=13[hccl fftsplus timeout]\n"
+    assert category(hccl) == C.NCCL_DISTRIBUTED
 
 
 def test_cuda_shutting_down_as_the_process_exits_is_no_cause() -> None:

@@ -147,6 +147,14 @@ def test_counters_are_read_from_the_usual_formats() -> None:
     assert keras3 is not None and (keras3.key, keras3.n) == (b"/47", 46)
     fit = "Epoch 1/5\n46/47 ━━━━━━━━━━━━━━━━━━━━ 0s 98ms/step - loss: 0.6373\n"
     assert category(fit + "ValueError: Input 0 is incompatible with the layer\n") == C.UNKNOWN
+    # as Keras 3 writes it to a terminal, between colour codes
+    coloured = parse("\x1b[1m46/47\x1b[0m \x1b[32m━━━━━━━━━\x1b[0m\x1b[37m━\x1b[0m 0s".encode())
+    assert coloured is not None and (coloured.key, coloured.n) == (b"/47", 46)
+    # rich writes the count after the bar, the epoch before it
+    rich = parse("Epoch 0/9  ━━━━━━━━━━━━━━━━━━━━ 25/32 0:00:05 • 0:00:01".encode())
+    assert rich is not None and (rich.epoch, rich.key, rich.n) == (0, b"/32", 25)
+    unstarted = parse("Epoch 1/10 ━━━━━━━━━━━━━━━━━━━━ 0/100 0:00:00".encode())
+    assert unstarted is not None and not unstarted.trains
 
 
 # --- 2. a traceback that ends the output is fatal ---------------------------------------------
@@ -339,6 +347,28 @@ def test_wordings_without_a_trigger_word_are_read_in_the_last_lines_once_output_
     assert category(said + "Epoch 2/10, step 5/9\n" * 41) == C.NONE
     # under a rank prefix too
     assert category("[1,7]<stderr>:" + said) == C.NCCL_DISTRIBUTED
+    # the output ending inside a line ("\r" redraws): that line's number
+    redrawn = LiveClassifier(shipped())
+    redrawn.feed(("a\n" + said.strip() + "\r").encode())
+    assert [f.line for f in redrawn.close()] == [2]
+    # a traceback's frames are not read again (the code a frame shows is not output)
+    frame = '  File "t.py", line 3, in f\n    print("an illegal memory access was encountered")\n'
+    interrupted = "Traceback (most recent call last):\n" + frame + "KeyboardInterrupt\n"
+    assert category(interrupted) == C.KILLED
+    # a window that begins inside a very long line does not read that line
+    long_line = "q" * 100 + "EI0006: " + "p" * 17000 + "\n"
+    assert category(long_line) == C.NONE
+
+
+def test_a_keywordless_user_signature_leaves_the_last_lines_read(tmp_path: Path) -> None:
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(
+        "version: 1\nsignatures:\n  - id: boom\n    category: unknown\n"
+        "    pattern: '(?m)^BOOM\\b'\n    meaning: m.\n    action: a.\n    fatal: true\n"
+    )
+    catalogue = load_catalogue(extra=[extra])
+    said = "start\nAn MPI communication peer process has unexpectedly disconnected.\n"
+    assert diagnose_text(said, catalogue=catalogue).category == C.NCCL_DISTRIBUTED
 
 
 def test_a_bad_scope_is_named(tmp_path: Path) -> None:
