@@ -333,8 +333,8 @@ class LiveClassifier(SkippedText):
         tb = self._tb
         role = tb.step(body)
         line = self._lines + 1
-        if role != PLAIN or tb.state != IDLE:
-            self._traced.append(line)
+        if self._matcher.tail_sigs and (role != PLAIN or tb.state != IDLE):
+            self._traced.append(line)  # the tail pass (close()) leaves traceback lines alone
         if tb.cut:
             self._end_trace(out)
         if tb.started:
@@ -423,7 +423,7 @@ class LiveClassifier(SkippedText):
         self._trace.last_frame = (line, text_of(segment))
         text = body.decode("utf-8", "replace")
         if TRAINED_FRAME.search(text):
-            self._trace.after_training = True
+            self._trace.trained = True
         if EVAL_FRAME.search(text):
             self._trace.evaluating = True
         if SANITY_FRAME.search(text):

@@ -308,22 +308,16 @@ class Trace:
     notebook_class: str | None
     last_frame: tuple[int, str] | None = None
     hint: tuple[Signature, int, str] | None = None  # the deepest frame a signature knows
-    after_training: bool = False  # a frame only runs once the job trained (TRAINED_FRAME)
+    trained: bool = False  # a frame only runs once the job trained (TRAINED_FRAME)
     evaluating: bool = False  # a frame runs an evaluation (EVAL_FRAME)
     sanity: bool = False  # a frame is Lightning's sanity check (SANITY_FRAME)
     printed: str | None = None  # only printed, not raised: see printed_only
-
-    @property
-    def trained(self) -> bool:
-        """Whether the frames show the job had trained: saving, epoch-end hooks, the end of
-        training."""
-        return self.after_training
 
     def trained_for(self, exception: bytes) -> bool:
         """Whether the frames show the job had trained, for an exception line no signature
         knows (`exception`): also an evaluation outside Lightning's sanity check, unless what
         failed is a file or module missing (an evaluation script of its own, run before any
         training, fails so). A setup mistake a signature knows stays one under an evaluation."""
-        if self.after_training:
+        if self.trained:
             return True
         return self.evaluating and not self.sanity and not MISSING.search(exception)
