@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from rsup.supervisor.recognize.segments import after_rank_prefix
+
 # Cheap test: every progress segment and checkpoint line holds a match.
 CANDIDATE = re.compile(
     rb"\d/[\d?]|\dit \[|[Ee]poch|EPOCH|[Ss]tep|STEP|[Ii]ter|ITER"
@@ -80,7 +82,9 @@ class Mark(NamedTuple):
 
 
 def parse(segment: bytes) -> Mark | None:
-    """The counters of a segment, or None when it shows none."""
+    """The counters of a segment, or None when it shows none (read past a launcher's tag:
+    "[rank1]:  3/100  2.61G ...", as text skipped in bulk still holds it)."""
+    segment = after_rank_prefix(segment)[0]
     if b"'epoch': " in segment:  # a Hugging Face Trainer log row
         row = _HF_ROW.search(segment)
         if row is not None:

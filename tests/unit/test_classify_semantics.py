@@ -143,6 +143,19 @@ def test_counters_are_read_from_the_usual_formats() -> None:
     batch = parse(b"INFO: - [Epoch 1/150][Batch 1206/1207] BatchTime = 4.770 (s)")
     assert batch is not None and (batch.epoch, batch.n, batch.trains) == (1, 1206, True)
     assert parse(b"batch size 32") is None  # a size, not a count
+    # under a launcher's tag, as text skipped in bulk still holds it, and the same verdict
+    # whatever pieces the output comes in
+    tagged = parse(b"[rank1]:       3/100      2.61G      1.104     0.8812      64        640: 57%")
+    assert tagged is not None and (tagged.epoch, tagged.epochs) == (3, 100)
+    glued = (
+        b"[rank1]:       3/100      2.61G      1.104      64        640: 57%\r"
+        b"Traceback (most recent call last):\nModuleNotFoundError: No module named 'x'"
+    )
+    byte_by_byte = LiveClassifier(shipped())
+    for at in range(len(glued)):
+        byte_by_byte.feed(glued[at : at + 1])
+    byte_by_byte.close()
+    assert byte_by_byte.verdict().category == category(glued.decode()) == C.UNKNOWN
     keras3 = parse("46/47 ━━━━━━━━━━━━━━━━━━━━ 0s 98ms/step - loss: 0.6373".encode())
     assert keras3 is not None and (keras3.key, keras3.n) == (b"/47", 46)
     fit = "Epoch 1/5\n46/47 ━━━━━━━━━━━━━━━━━━━━ 0s 98ms/step - loss: 0.6373\n"
