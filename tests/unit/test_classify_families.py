@@ -168,6 +168,51 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
             C.GPU_MEMORY_FAULT,
         ),
         ("RuntimeError: CUDA error: operation not supported", C.HIP_RUNTIME_INIT),
+        # documented status words of the GPU runtimes and libraries, by what they mean
+        ("RuntimeError: CUDA error: device kernel image is invalid", C.HIP_RUNTIME_INIT),
+        ("RuntimeError: CUDA error: invalid device symbol", C.HIP_RUNTIME_INIT),
+        ("RuntimeError: CUDA error: PTX JIT compiler library not found", C.HIP_RUNTIME_INIT),
+        ("RuntimeError: CUDA error: CUDA driver is a stub library", C.HIP_RUNTIME_INIT),
+        (
+            "RuntimeError: CUDA error: OS call failed or operation not supported on this OS",
+            C.HIP_RUNTIME_INIT,
+        ),
+        ("RuntimeError: HIP error: hipErrorInvalidImage", C.HIP_RUNTIME_INIT),
+        ("RuntimeError: cuDNN error: CUDNN_STATUS_VERSION_MISMATCH", C.HIP_RUNTIME_INIT),
+        ("CUBLAS_STATUS_ARCH_MISMATCH when calling `cublasCreate(handle)`", C.HIP_RUNTIME_INIT),
+        ("HSA_STATUS_ERROR_NOT_INITIALIZED: An API other than hsa_init", C.HIP_RUNTIME_INIT),
+        (
+            "RuntimeError: Unable to initialize backend 'cuda': INTERNAL: no supported devices "
+            "found for platform CUDA",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "RuntimeError: CUDA error: operation not supported on global/shared address space",
+            C.GPU_MEMORY_FAULT,
+        ),
+        ("RuntimeError: cuDNN error: CUDNN_STATUS_MAPPING_ERROR", C.GPU_MEMORY_FAULT),
+        ("MIOpen Error: miopenStatusAllocFailed", C.OOM),
+        ("free(): double free detected in tcache 2", C.SEGFAULT_ABORT),
+        ("*** stack smashing detected ***: terminated", C.SEGFAULT_ABORT),
+        ("terminate called without an active exception", C.SEGFAULT_ABORT),
+        ("Floating point exception", C.SEGFAULT_ABORT),
+        ("Trace/breakpoint trap (core dumped)", C.SEGFAULT_ABORT),
+        ("Process finished with exit code -1073741571 (0xC00000FD)", C.SEGFAULT_ABORT),
+        (
+            "python: malloc.c:2379: sysmalloc: Assertion `(old_top == initial_top (av))' failed.",
+            C.SEGFAULT_ABORT,
+        ),
+        (
+            "mpirun noticed that process rank 1 with PID 0 on node n2 exited on signal 11 "
+            "(Segmentation fault).",
+            C.SEGFAULT_ABORT,
+        ),
+        (
+            "mpirun noticed that process rank 1 with PID 0 on node n2 exited on signal 9 (Killed).",
+            C.HOST_OOM,
+        ),
+        ("RuntimeError: Stop_waiting response is expected", C.NCCL_DISTRIBUTED),
+        ("mpi4py.MPI.Exception: MPI_ERR_TRUNCATE: message truncated", C.NCCL_DISTRIBUTED),
         # the last lines of the output (scope: tail)
         (
             "math_functions.cu:79]  cudaSuccess (77 vs. 0)  an illegal memory access was "
