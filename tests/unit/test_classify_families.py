@@ -192,6 +192,8 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ),
         ("RuntimeError: cuDNN error: CUDNN_STATUS_MAPPING_ERROR", C.GPU_MEMORY_FAULT),
         ("MIOpen Error: miopenStatusAllocFailed", C.OOM),
+        ("THCudaCheck FAIL file=/p/THC/THCGeneral.cpp line=405 error=2 : out of memory", C.OOM),
+        ("Last error:\nCuda failure 'out of memory'", C.OOM),
         ("free(): double free detected in tcache 2", C.SEGFAULT_ABORT),
         ("*** stack smashing detected ***: terminated", C.SEGFAULT_ABORT),
         ("terminate called without an active exception", C.SEGFAULT_ABORT),
