@@ -46,7 +46,9 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   whose frames were not printed or not copied, and counts as one where the output ends with it,
   its message's indented lines, or redraws of a row (the same count again, or the one bar tqdm
   closes at its total as the program exits); indented with its frames (a poster indented the
-  whole log), it is heard as a frame.
+  whole log), it is heard as a frame. Under Hydra's `Error executing job with overrides: [...]`
+  any exception line (`omegaconf.errors.MissingMandatoryValue: ...`) is one: Hydra prints the
+  exception that ended the job so, without its frames, and a hint line after it.
 - A cut-off traceback (the excerpt starts inside its frames, or ends before its exception line)
   still counts: by its exception line when present; else by the exception class a notebook
   header named; else by the deepest frame a `scope: frame` signature knows (`rebuild_storage_fd`
@@ -106,6 +108,7 @@ from rsup.supervisor.recognize.inferred import (
     GPU_WARNED,
     HIP_INIT_WARNING,
     IGNORED_BY_PYTHON,
+    LOGGED_RETRY,
     SANITY_FRAME,
     TRAINED_FRAME,
     Trace,
@@ -141,6 +144,8 @@ from rsup.supervisor.recognize.tracebacks import (
 )
 from rsup.workers import constants as C
 
+# Hydra's line above the exception that ended the job, printed without its traceback
+HYDRA_HEADER = b"Error executing job with overrides: "
 LAST_BYTES = 16 * 1024  # the end of the output kept for `scope: tail` signatures
 
 
@@ -324,7 +329,7 @@ class LiveClassifier(SkippedText):
         body, prefix = after_rank_prefix(segment)
         joined = False
         if self._unsaid is not None and body.strip():  # its message, or output going on
-            joined = takes_message(body, alone=self._unsaid[4] == ALONE)
+            joined = takes_message(body, alone=self._unsaid[4] == ALONE) or self._names_it(body)
             self._say(body.strip() if joined else b"", out)
         if self._orphan is not None and not joined and self._went_on(segment):
             self._orphan = None
@@ -365,6 +370,12 @@ class LiveClassifier(SkippedText):
             self._exception(body, text_of(segment), signature, out, line, trace, tb.chain)
         elif signature is not None:
             self._add(signature, line, text_of(segment), None, out)
+        elif (
+            tb.state == IDLE
+            and self._line_above().startswith(HYDRA_HEADER)
+            and is_failure_exception(text_of(body))
+        ):  # the exception that ended a Hydra job, printed without its frames
+            self._exception(body, text_of(segment), None, out, line, None, None)
         elif tb.state == IDLE and is_orphan_exception(body):
             if MESSAGE_NEXT.match(body):  # "RuntimeError:" alone, its message under it
                 self._unsaid = (body, text_of(segment), line, None, ALONE)
@@ -398,6 +409,15 @@ class LiveClassifier(SkippedText):
                 return True
             marks.absorb(mark)
         return False
+
+    def _names_it(self, body: bytes) -> bool:
+        """Whether a line at column 0 under a lone exception line with no message
+        (`AssertionError:`) is its message all the same: read with it, it is a failure a
+        signature knows (torch's "Found no NVIDIA driver on your system" begins so)."""
+        assert self._unsaid is not None
+        if TB_HEADER in body or self._matcher.match(body) is not None:
+            return False
+        return self._matcher.match(self._unsaid[0].rstrip() + b" " + body.strip()) is not None
 
     def _say(self, message: bytes, out: list[Finding]) -> None:
         """Decide a held exception line (see _unsaid) with the `message` line under it."""
@@ -466,6 +486,10 @@ class LiveClassifier(SkippedText):
         else:
             text = body.decode("utf-8", "replace")
             harmless = bool(trace and trace.printed) or self._matcher.harmless(body)
+            if trace and trace.printed == LOGGED_RETRY and not self._matcher.harmless(body):
+                if is_failure_exception(text):  # counts if the output ends with it
+                    self._orphan = Orphan(body, shown, line, self._marks_before(line))
+                return
             if is_failure_exception(text) and not harmless:
                 trained = trace.trained_for(body) if trace else False
                 self._unknown_exception(text, line, shown, chain, marks, trained)

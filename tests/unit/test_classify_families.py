@@ -133,15 +133,90 @@ def test_an_exception_python_only_printed_is_not_a_failure() -> None:
     )
     assert category("Epoch 3/10\n" + ignored) == C.NONE
     retried = "2020-08-04 16:35:53,246 ERROR MainThread [retry.py] Retry attempt failed:\n"
-    assert category(retried + TRACEBACK + "ConnectionResetError: [Errno 104] reset\n") == C.NONE
+    reset = "ConnectionResetError: [Errno 104] reset\n"
+    assert category(retried + TRACEBACK + reset + "Epoch 4/10\n") == C.NONE
     # the same traceback raised is one
     assert category("Epoch 3/10\n" + TRACEBACK + ignored.split("\n", 1)[1]) == (C.DATALOADER_WORKER)
     at_exit = "Error in atexit._run_exitfuncs:\n" + TRACEBACK + "RuntimeError: main thread\n"
     assert category(at_exit) == C.NONE
     warned = "WARNING: Unable to export neural network graph to TensorBoard.\n" + TRACEBACK
-    assert category(warned + "RuntimeError: tracer failed\n") == C.NONE
+    assert category(warned + "RuntimeError: tracer failed\nEpoch 1/10\n") == C.NONE
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
     assert category(warned + oom) == C.OOM  # a cause a signature knows still counts
+
+
+def test_a_traceback_printed_under_a_warning_or_retry_counts_when_it_ends_the_output() -> None:
+    # yolov7 warns, then raises: nothing comes after the traceback, so it ended the job
+    warned = "WARNING: Dataset not found, nonexistent paths: ['images/val']\n" + TRACEBACK
+    assert category(warned + "Exception: Dataset not found.\n") == C.CONFIG_ERROR
+    retried = "ERROR MainThread [retry.py] Retry attempt failed:\n" + TRACEBACK
+    assert category(retried + "ConnectionResetError: [Errno 104] reset\n") == C.UNKNOWN
+    # redraws of a bar seen before it are not output going on
+    bar = "Epoch 1: 100%|##########| 10/10\n"
+    assert category("Epoch 3/10\n" + bar + warned + "RuntimeError: x\n" + bar) == C.UNKNOWN
+
+
+def test_hydras_exception_line_without_its_frames_ended_the_job() -> None:
+    hydra = "Error executing job with overrides: ['model=big']\n"
+    hint = "\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"
+    missing = "omegaconf.errors.MissingMandatoryValue: Missing mandatory value: data.path"
+    assert category(hydra + missing + hint) == C.CONFIG_ERROR
+    assert category(hydra + "ValueError: bad value" + hint) == C.CONFIG_ERROR
+    assert category("Epoch 3/10\n" + hydra + "ValueError: bad value" + hint) == C.UNKNOWN
+    assert category("ValueError: bad value" + hint) == C.NONE  # a lone line output follows
+
+
+def test_a_lone_exception_lines_message_at_column_0_when_it_names_a_failure() -> None:
+    # torch's _lazy_init raises AssertionError("\nFound no NVIDIA driver on your system...")
+    driver = "AssertionError:\nFound no NVIDIA driver on your system. Please check that you\n"
+    assert category(driver + "have an NVIDIA GPU and installed a driver\n") == (C.HIP_RUNTIME_INIT)
+    # a line at column 0 that names nothing is output going on
+    assert category("AssertionError:\nsomething went wrong\nmore output\n") == C.NONE
+
+
+def test_a_traceback_cut_where_torch_starts_the_gpu_runtime() -> None:
+    frames = (
+        '  File "/venv/lib/python3.10/site-packages/torch/cuda/__init__.py", line 302, '
+        "in _lazy_init\n    torch._C._cuda_init()\n"
+    )
+    assert category(TRACEBACK + frames + "RuntimeError: Unexpected error from cudaGe") == (
+        C.HIP_RUNTIME_INIT
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (
+            "E tensorflow/stream_executor/cuda/cuda_dnn.cc:378] Loaded runtime CuDNN library: "
+            "7201 (compatibility version 7200) but source was compiled with 7004",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "Call aclInit(nullptr) failed : 507008 at file backends/npu/runtime/runtime.cc",
+            C.HIP_RUNTIME_INIT,
+        ),
+        ("已放弃 (核心已转储)", C.SEGFAULT_ABORT),
+        ("段错误 (核心已转储)", C.SEGFAULT_ABORT),
+    ],
+)
+def test_last_lines_without_a_trigger_word(line: str, expected: str) -> None:
+    assert category("Epoch 2/10\n" + line + "\n") == expected
+
+
+def test_an_abort_whose_what_names_a_broken_socket_is_a_lost_link() -> None:
+    abort = "terminate called after throwing an instance of 'std::system_error'\n"
+    assert category(abort + "  what():  Broken pipe\n") == C.NCCL_DISTRIBUTED
+    assert category(abort + "  what():  Resource temporarily unavailable\n") == C.SEGFAULT_ABORT
+
+
+def test_a_model_neither_cached_nor_reachable() -> None:
+    hub = (
+        "OSError: We couldn't connect to 'https://huggingface.co' to load this model, couldn't "
+        "find it in the cached files and it looks like x is not the path to a directory.\n"
+        "Checkout your internet connection or see how to run the library in offline mode.\n"
+    )
+    assert category(hub) == C.CONFIG_ERROR
 
 
 def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
