@@ -197,6 +197,7 @@ def test_a_traceback_cut_where_torch_starts_the_gpu_runtime() -> None:
             C.HIP_RUNTIME_INIT,
         ),
         ("已放弃 (核心已转储)", C.SEGFAULT_ABORT),
+        ("train.sh: line 3: python: command not found", C.CONFIG_ERROR),
         ("段错误 (核心已转储)", C.SEGFAULT_ABORT),
     ],
 )
@@ -217,6 +218,13 @@ def test_a_model_neither_cached_nor_reachable() -> None:
         "Checkout your internet connection or see how to run the library in offline mode.\n"
     )
     assert category(hub) == C.CONFIG_ERROR
+    gated = "OSError: You are trying to access a gated repo.\nMake sure to have access to it.\n"
+    assert category(gated) == C.CONFIG_ERROR
+
+
+def test_a_click_programs_usage_error() -> None:
+    usage = "Usage: train.py [OPTIONS]\nTry 'train.py --help' for help.\n\n"
+    assert category(usage + "Error: No such option: --epochs\n") == C.CONFIG_ERROR
 
 
 def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
@@ -289,6 +297,7 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
             C.HOST_OOM,
         ),
         ("RuntimeError: Stop_waiting response is expected", C.NCCL_DISTRIBUTED),
+        ("RuntimeError: DataLoader worker exited unexpectedly", C.DATALOADER_WORKER),
         ("mpi4py.MPI.Exception: MPI_ERR_TRUNCATE: message truncated", C.NCCL_DISTRIBUTED),
         # the last lines of the output (scope: tail)
         (
