@@ -197,7 +197,6 @@ def test_a_traceback_cut_where_torch_starts_the_gpu_runtime() -> None:
             C.HIP_RUNTIME_INIT,
         ),
         ("已放弃 (核心已转储)", C.SEGFAULT_ABORT),
-        ("train.sh: line 3: python: command not found", C.CONFIG_ERROR),
         ("段错误 (核心已转储)", C.SEGFAULT_ABORT),
     ],
 )
@@ -222,9 +221,12 @@ def test_a_model_neither_cached_nor_reachable() -> None:
     assert category(gated) == C.CONFIG_ERROR
 
 
-def test_a_click_programs_usage_error() -> None:
+def test_a_click_programs_usage_error_and_a_program_the_shell_cannot_find() -> None:
     usage = "Usage: train.py [OPTIONS]\nTry 'train.py --help' for help.\n\n"
     assert category(usage + "Error: No such option: --epochs\n") == C.CONFIG_ERROR
+    missing = "train.sh: line 3: python: command not found\n"
+    assert category("Loading config\n" + missing) == C.CONFIG_ERROR
+    assert category("Epoch 2/10\n" + missing) == C.UNKNOWN  # after training: not setup
 
 
 def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
