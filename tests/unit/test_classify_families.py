@@ -197,6 +197,7 @@ def test_a_traceback_cut_where_torch_starts_the_gpu_runtime() -> None:
             C.HIP_RUNTIME_INIT,
         ),
         ("已放弃 (核心已转储)", C.SEGFAULT_ABORT),
+        ("ssh: connect to host 10.0.0.7 port 12345: Connection refused", C.NCCL_DISTRIBUTED),
         ("段错误 (核心已转储)", C.SEGFAULT_ABORT),
     ],
 )
@@ -227,6 +228,11 @@ def test_a_click_programs_usage_error_and_a_program_the_shell_cannot_find() -> N
     missing = "train.sh: line 3: python: command not found\n"
     assert category("Loading config\n" + missing) == C.CONFIG_ERROR
     assert category("Epoch 2/10\n" + missing) == C.UNKNOWN  # after training: not setup
+    label = (
+        "W tensorflow/core/framework/op_kernel.cc:975] Invalid argument: Received a label "
+        "value of 255 which is outside the valid range of [0, 10).\n"
+    )
+    assert category("Filling queue\n" + label) == C.CONFIG_ERROR
 
 
 def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
@@ -300,6 +306,32 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ),
         ("RuntimeError: Stop_waiting response is expected", C.NCCL_DISTRIBUTED),
         ("RuntimeError: DataLoader worker exited unexpectedly", C.DATALOADER_WORKER),
+        (
+            "  what():  [17:54:40] mshadow/./stream_gpu-inl.h:198: Check failed: e == "
+            "cudaSuccess CUDA: out of memory",
+            C.OOM,
+        ),
+        (
+            "RuntimeError: tensorflow/compiler/xla/xla_client/mesh_service.cc:316 : Check "
+            "failed: impl_->channel->WaitForConnected(",
+            C.NCCL_DISTRIBUTED,
+        ),
+        (
+            "OSError: /env/lib/libcublas.so.11: symbol free_gemm_select version "
+            "libcublasLt.so.11 not defined in file libcublasLt.so.11 with link time reference",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "2024-03-27 06:33:23 [E:onnxruntime:Default, provider_bridge_ort.cc:1548] "
+            "onnxruntime::ProviderLibrary::Get() [ONNXRuntimeError] : 1 : FAIL : Failed to load "
+            "library libonnxru",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "PreconditionNotMetError: The third-party dynamic library (cudnn64_7.dll) that "
+            "Paddle depends on is not configured correctly. (error code is 126)",
+            C.HIP_RUNTIME_INIT,
+        ),
         ("mpi4py.MPI.Exception: MPI_ERR_TRUNCATE: message truncated", C.NCCL_DISTRIBUTED),
         # the last lines of the output (scope: tail)
         (
