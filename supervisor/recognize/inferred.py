@@ -75,7 +75,7 @@ TRANSIENT = re.compile(
     r"|FloatingPoint|[Ll]oss scale|Input/output error|No space left|[Dd]isk quota|[Ii]nterrupt"
     r"|[Ss]ignal|[Mm]emory|[Dd]evice-side|invalid values|(?:failed to|did not) converge"
     r"|ill-conditioned|process has (?:shut ?down|died|exited)|[Hh]istogram is empty"
-    r"|grad_scale is too small"
+    r"|grad_scale is too small|[Ss]ocket|[Dd]eadline [Ee]xceeded|DEADLINE_EXCEEDED"
 )
 # A training loss printed on a progress line ("Epoch: 1, train loss: 0.69"): a step was
 # taken. Not a validation or test loss.

@@ -105,6 +105,8 @@ def test_io_and_numeric_exceptions_are_not_config_errors() -> None:
         "OSError: [Errno 122] Disk quota exceeded",
         "torch._C._LinAlgError: linalg.svd: The algorithm failed to converge because the input "
         "matrix is ill-conditioned",
+        "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed",
+        "tensorflow.python.framework.errors_impl.DeadlineExceededError: Deadline Exceeded",
     ):
         assert category(TRACEBACK + line + "\n") == C.UNKNOWN, line
 
@@ -306,6 +308,16 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ),
         ("RuntimeError: Stop_waiting response is expected", C.NCCL_DISTRIBUTED),
         ("RuntimeError: DataLoader worker exited unexpectedly", C.DATALOADER_WORKER),
+        (
+            "tensorflow.python.framework.errors_impl.UnknownError:  Failed to get convolution "
+            "algorithm. This is probably because cuDNN failed to initialize, so try looking",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "jaxlib.xla_extension.XlaRuntimeError: FAILED_PRECONDITION: DNN library "
+            "initialization failed.",
+            C.HIP_RUNTIME_INIT,
+        ),
         (
             "  what():  [17:54:40] mshadow/./stream_gpu-inl.h:198: Check failed: e == "
             "cudaSuccess CUDA: out of memory",
