@@ -22,8 +22,8 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   signature knows is `unknown` (an unknown final exception of a chain leaves the known one of
   the chain standing). Raised before the job trained, such an exception is a `config_error`
   (signature `exception-before-training`): the same code on the same setup raises it again. Not
-  when it names what comes and goes (the network or a socket, a timeout or deadline, the GPU runtime, memory, a signal)
-  or NaN values: those stay `unknown` and are retried.
+  when it names what comes and goes (the network or a socket, a timeout or deadline, the GPU
+  runtime, memory, a signal) or NaN values: those stay `unknown` and are retried.
 - In a job of several processes (torchrun's rank prefixes, frames of torch.distributed,
   DeepSpeed or Horovod), an unknown exception about a lost connection (reset, refused, broken
   pipe, a socket timeout) is `nccl_distributed`.
