@@ -240,7 +240,7 @@ DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod
 # picking the best metric, epoch-end hooks (mmcv's evaluation hooks included), an evaluation
 # the training loop calls with its epoch ("self.evaluate(epoch, 'test')"), the end of training
 # (`on_train_end` hooks), reading the History that Keras' fit() returned once it finished
-# (`history.history['acc']`). An exception
+# (`history.history['acc']`), a metric scikit-learn computes on predictions. An exception
 # under them is not a config error, even when the excerpt shows no progress. (EVAL_FRAME
 # below covers evaluation functions called without their epoch.)
 TRAINED_FRAME = re.compile(
@@ -253,6 +253,7 @@ TRAINED_FRAME = re.compile(
     r"|\b(?:\w+_)?(?:eval|evaluate|valid|validate|validation|test)(?:_\w+)?"
     r"\((?:[^()]*,\s*)?epoch\s*[,)]"
     r"|\bhistory\.history\["
+    r"|[/\\]sklearn[/\\]metrics[/\\]"
 )
 # A frame running an evaluation: `evaluate`, `evaluate_prediction`, `validation_step`,
 # `val_step`, `eval_one_epoch`... An evaluation runs a model that has trained: an exception
@@ -260,11 +261,14 @@ TRAINED_FRAME = re.compile(
 # which runs validation_step before the first training step: a traceback that passes through
 # `_run_sanity_check` (SANITY_FRAME) is still read as before training. Not `validate` (setup
 # and libraries name their checks so: jsonschema, GenerationConfig.validate), nor a private
-# `_evaluate` (Hugging Face's Trainer evaluates before training with eval_on_start).
+# `_evaluate` (Hugging Face's Trainer evaluates before training with eval_on_start). COCO
+# evaluation turning a model's detections into results (`_segm2json`, `loadRes`) is one too.
 EVAL_FRAME = re.compile(
     r"(?:, in |\.py in )(?:evaluate\w*|validation_(?:step|loop|epoch\w*)"
     r"|val_(?:step|epoch|one_epoch)|valid_(?:step|epoch|one_epoch)"
-    r"|eval_(?:step|epoch|one_epoch)|evaluation_(?:step|loop|epoch\w*))\b"
+    r"|eval_(?:step|epoch|one_epoch)|evaluation_(?:step|loop|epoch\w*)"
+    r"|_evaluate_predictions_on_\w+|_(?:segm|det|proposal)2json|results2json"
+    r"|(?:COCO\.)?loadRes)\b"
 )
 # An exception line saying a file, folder or module is missing.
 MISSING = re.compile(

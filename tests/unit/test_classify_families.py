@@ -78,6 +78,21 @@ def test_frames_that_run_only_after_training_make_an_unknown_exception_unknown()
     assert category(setup) == C.CONFIG_ERROR
 
 
+def test_evaluation_and_metric_frames_show_the_model_had_trained() -> None:
+    coco = '  File "mmdet/datasets/coco.py", line 259, in _segm2json\n'
+    assert category(TRACEBACK + coco + "IndexError: list index out of range\n") == C.UNKNOWN
+    auc = '  File "/env/lib/python3.6/site-packages/sklearn/metrics/ranking.py", line 356, in x\n'
+    assert category(TRACEBACK + auc + "ValueError: Only one class present in y_true.\n") == (
+        C.UNKNOWN
+    )
+    giou = '  File "/env/fvcore/nn/giou_loss.py", line 32, in giou_loss\n'
+    assert category(TRACEBACK + giou + "AssertionError: bad box: x1 larger than x2\n") == (
+        C.UNKNOWN
+    )
+    one = "ValueError: Expected more than 1 value per channel when training, got input size [1]"
+    assert category(TRACEBACK + one + "\n") == C.UNKNOWN
+
+
 def test_degenerate_boxes_in_detr_box_code_are_a_diverged_run_not_a_setup_mistake() -> None:
     frame = '  File "/detr/util/box_ops.py", line 51, in generalized_box_iou\n'
     check = "    assert (boxes1[:, 2:] >= boxes1[:, :2]).all()\n"
