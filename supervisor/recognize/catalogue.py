@@ -31,7 +31,9 @@ CATEGORY_PRIORITY: dict[str, int] = {
 # TAIL_LINES lines of the output (of its last 16 KiB), read once it has ended, and of those
 # only the lines that hold no trigger word and are not part of a traceback (the live pass
 # read the others): for wordings without a trigger word (they cost nothing while the job
-# runs, and are not acted on live).
+# runs, and are not acted on live). Also the line above a native abort (a `segfault_abort`
+# line: glog's fatal message above "*** Check failure stack trace: ***"), when the abort is
+# read, if that line holds no trigger word.
 LINE_SCOPE, EXCEPTION_SCOPE, FRAME_SCOPE, TAIL_SCOPE = "line", "exception", "frame", "tail"
 SCOPES = (LINE_SCOPE, EXCEPTION_SCOPE, FRAME_SCOPE, TAIL_SCOPE)
 TAIL_LINES = 40

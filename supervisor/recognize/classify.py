@@ -83,7 +83,9 @@ torch's "CUDA initialization: ..." warning of a broken runtime (driver too old, 
 is a survivable `hip_runtime_init`; "Found no NVIDIA driver" alone (a CPU-only machine) counts
 only when an unknown exception follows before training. Speed: lines outside a traceback holding
 no trigger word are skipped in bulk (prescan.py); signatures of `scope: tail`, whose wordings hold
-no trigger word, are tried on the last TAIL_LINES lines once the output has ended (close()).
+no trigger word, are tried on the last TAIL_LINES lines once the output has ended (close()),
+and on the line above a native abort (a `segfault_abort` line) when the abort is read: what the
+program reported before it aborted (glog's fatal message above its "Check failure stack trace").
 """
 
 from __future__ import annotations
@@ -370,6 +372,8 @@ class LiveClassifier(SkippedText):
             self._exception(body, text_of(segment), signature, out, line, trace, tb.chain)
         elif signature is not None:
             self._add(signature, line, text_of(segment), None, out)
+            if signature.category == C.SEGFAULT_ABORT and self._matcher.tail_sigs:
+                self._read_above_abort(line, out)
         elif (
             tb.state == IDLE
             and self._line_above().startswith(HYDRA_HEADER)
@@ -387,6 +391,25 @@ class LiveClassifier(SkippedText):
                 self._add(GPU_WARNED, line, text_of(segment), None, out)
         elif CONNECT_RETRY_WORD in body and CONNECT_RETRY.regex.search(text_of(body)):
             self._add(CONNECT_RETRY, line, text_of(segment), None, out)
+
+    def _read_above_abort(self, line: int, out: list[Finding]) -> None:
+        """The line above a native abort (`line`) says what the program reported before it
+        aborted (glog's fatal message above "*** Check failure stack trace: ***"). Skipped in
+        bulk when it holds no trigger word, it is tried against the `scope: tail` signatures,
+        which are for such wordings."""
+        before = self._region[max(0, self._pos - 4096) : self._pos]
+        kept = before.rstrip(b"\r\n")
+        if not kept.strip():
+            return  # the line above ended an earlier chunk: left to the tail pass
+        above = kept[kept.rfind(b"\n") + 1 :].rsplit(b"\r", 1)[-1]
+        body = after_rank_prefix(cut(above))[0].strip()
+        if not body or self._matcher.triggered(body):
+            return
+        sig = self._matcher.match_tail(body)
+        if sig is not None:
+            at = line - before.count(b"\n", len(kept))
+            self._traced.append(at)  # read: the tail pass leaves it alone
+            self._add(sig, at, text_of(above), None, out)
 
     def _marks_before(self, line: int) -> Marks:
         return Marks(*self._seen_before(line))

@@ -223,6 +223,21 @@ def test_last_lines_without_a_trigger_word(line: str, expected: str) -> None:
     assert category("Epoch 2/10\n" + line + "\n") == expected
 
 
+def test_the_line_above_a_native_abort_is_read_for_what_the_program_reported() -> None:
+    fatal = (
+        "F0729 12:58:37.236422 109 stream_executor_util.cc:504] Could not create "
+        "RepeatBufferKernel: INTERNAL: Failed call to cudaGetFuncBySymbol: no kernel image is "
+        "available for execution on the device\n"
+    )
+    stack = "*** Check failure stack trace: ***\n" + "    @     0xffff34829840  absl::x()\n" * 60
+    assert category(fatal + stack) == C.HIP_RUNTIME_INIT
+    finding = LiveClassifier(shipped())
+    found = finding.feed((fatal + stack).encode()) + finding.close()
+    assert [f.line for f in found if f.category == C.HIP_RUNTIME_INIT] == [1]
+    # a line above that names nothing leaves the abort what it is
+    assert category("F0729 12:58:37.2 109 a.cc:5] x\n" + stack) == C.SEGFAULT_ABORT
+
+
 def test_an_abort_whose_what_names_a_broken_socket_is_a_lost_link() -> None:
     abort = "terminate called after throwing an instance of 'std::system_error'\n"
     assert category(abort + "  what():  Broken pipe\n") == C.NCCL_DISTRIBUTED
@@ -324,6 +339,22 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ),
         ("RuntimeError: Stop_waiting response is expected", C.NCCL_DISTRIBUTED),
         ("RuntimeError: DataLoader worker exited unexpectedly", C.DATALOADER_WORKER),
+        (
+            "ERROR: Unexpected BUS error encountered in DataLoader worker. This might be caused "
+            "by insufficient shared memory (shm)",
+            C.DATALOADER_WORKER,
+        ),
+        ("MemoryError: bad allocation: cudaErrorMemoryAllocation: out of memory", C.OOM),
+        (
+            "F1221 14:39:47.1 1 u.cc:517] Failed call to hipGetFuncBySymbol: hipError_t(98)",
+            (C.HIP_RUNTIME_INIT),
+        ),
+        ("71885 Killed                  python -m kauldron.main --cfg=x.py", C.HOST_OOM),
+        (
+            "WARNING tune.py:716 -- Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray "
+            "Tune run. Press CTRL+C (or send SIGINT/SIGKILL/SIGTERM) to skip.",
+            C.KILLED,
+        ),
         (
             "tensorflow.python.framework.errors_impl.UnknownError:  Failed to get convolution "
             "algorithm. This is probably because cuDNN failed to initialize, so try looking",
