@@ -346,6 +346,15 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ),
         ("MemoryError: bad allocation: cudaErrorMemoryAllocation: out of memory", C.OOM),
         (
+            "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
+            C.UNKNOWN,
+        ),
+        (
+            "Monitored metric val_loss = nan is not finite. Previous best value was 0.123. "
+            "Signaling Trainer to stop.",
+            C.UNKNOWN,
+        ),
+        (
             "F1221 14:39:47.1 1 u.cc:517] Failed call to hipGetFuncBySymbol: hipError_t(98)",
             (C.HIP_RUNTIME_INIT),
         ),
