@@ -261,6 +261,11 @@ def test_a_click_programs_usage_error_and_a_program_the_shell_cannot_find() -> N
     missing = "train.sh: line 3: python: command not found\n"
     assert category("Loading config\n" + missing) == C.CONFIG_ERROR
     assert category("Epoch 2/10\n" + missing) == C.UNKNOWN  # after training: not setup
+    env = (
+        "ValueError: Error initializing torch.distributed using env:// rendezvous: environment "
+        "variable MASTER_ADDR expected, but not set\n"
+    )
+    assert category(TRACEBACK + env) == C.CONFIG_ERROR
     label = (
         "W tensorflow/core/framework/op_kernel.cc:975] Invalid argument: Received a label "
         "value of 255 which is outside the valid range of [0, 10).\n"
