@@ -217,6 +217,20 @@ def test_a_traceback_cut_where_torch_starts_the_gpu_runtime() -> None:
         ("[1]+  Hangup                  python train.py", C.KILLED),
         ("ssh: connect to host 10.0.0.7 port 12345: Connection refused", C.NCCL_DISTRIBUTED),
         ("段错误 (核心已转储)", C.SEGFAULT_ABORT),
+        (
+            "Validating:   0%|          | 0/4071 [00:00<?, ?it/s]段错误 (核心已转储)",
+            C.SEGFAULT_ABORT,
+        ),
+        (
+            "[ERROR] PRE_ACT(54175):2024-10-22 [mindspore/ccsrc/backend/common/mem_reuse/"
+            "mem_dynamic_allocator.cc:392] x] used : 293 plus alloc size : 30 is more than total "
+            "mem size : 294.",
+            C.OOM,
+        ),
+        (
+            "!!! Exception during processing !!! Native API returns: 20 (UR_RESULT_ERROR_DEVICE_LOST)",
+            (C.GPU_MEMORY_FAULT),
+        ),
     ],
 )
 def test_last_lines_without_a_trigger_word(line: str, expected: str) -> None:
@@ -234,8 +248,20 @@ def test_the_line_above_a_native_abort_is_read_for_what_the_program_reported() -
     finding = LiveClassifier(shipped())
     found = finding.feed((fatal + stack).encode()) + finding.close()
     assert [f.line for f in found if f.category == C.HIP_RUNTIME_INIT] == [1]
+    caffe = (
+        "F0623 11:32:24.873178 19713 gpu_memory.hpp:38] Failed to allocate 49152000 bytes on "
+        "device 2. Total memory: 12799574016, Free: 21430272, dev_info[2]: total=12799574016\n"
+    )
+    assert category(caffe + stack) == C.OOM
     # a line above that names nothing leaves the abort what it is
     assert category("F0729 12:58:37.2 109 a.cc:5] x\n" + stack) == C.SEGFAULT_ABORT
+
+
+def test_a_worker_crash_the_training_goes_on_after_was_lived_through() -> None:
+    crash = "ERROR: Unexpected segmentation fault encountered in worker.\n"
+    before, after = "Train Epoch: 1515 [70%]\n", "====> Epoch: 1515\nTrain Epoch: 1516 [5%]\n"
+    assert category(before + crash + after) == C.NONE
+    assert category(before + crash) == C.DATALOADER_WORKER
 
 
 def test_an_abort_whose_what_names_a_broken_socket_is_a_lost_link() -> None:
@@ -261,6 +287,12 @@ def test_a_click_programs_usage_error_and_a_program_the_shell_cannot_find() -> N
     missing = "train.sh: line 3: python: command not found\n"
     assert category("Loading config\n" + missing) == C.CONFIG_ERROR
     assert category("Epoch 2/10\n" + missing) == C.UNKNOWN  # after training: not setup
+    lmdb = "F0312 18:13:06.1 31210 db_lmdb.hpp:15] Check failed: mdb_status == 0 (2 vs. 0) No "
+    assert category(lmdb + "such file or directory\n*** Check failure stack trace: ***\n") == (
+        C.CONFIG_ERROR
+    )
+    ray = "(head, rank=0, pid=1113) bash: torchrun: command not found\n"
+    assert category("Launching\n" + ray) == C.CONFIG_ERROR
     env = (
         "ValueError: Error initializing torch.distributed using env:// rendezvous: environment "
         "variable MASTER_ADDR expected, but not set\n"
@@ -350,6 +382,23 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
             C.DATALOADER_WORKER,
         ),
         ("MemoryError: bad allocation: cudaErrorMemoryAllocation: out of memory", C.OOM),
+        (
+            "RuntimeError: Native API failed. Native API returns: 20 (UR_RESULT_ERROR_DEVICE_LOST)",
+            C.GPU_MEMORY_FAULT,
+        ),
+        (
+            "2020-09-28 10:29:04.8: F tensorflow/core/common_runtime/dml/dml_command_recorder.cc:"
+            "366] Check failed: (((HRESULT)((dml_device_->GetDeviceRemovedReason()))) >= 0)",
+            C.GPU_MEMORY_FAULT,
+        ),
+        (
+            "CUDA kernel failed : no kernel image is available for execution on the device",
+            (C.HIP_RUNTIME_INIT),
+        ),
+        (
+            "RuntimeError: Malloc for kernel output failed, Memory isn't enough, node:Cast-op4",
+            C.OOM,
+        ),
         (
             "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
             C.UNKNOWN,
