@@ -228,8 +228,9 @@ def test_a_traceback_cut_where_torch_starts_the_gpu_runtime() -> None:
             C.OOM,
         ),
         (
-            "!!! Exception during processing !!! Native API returns: 20 (UR_RESULT_ERROR_DEVICE_LOST)",
-            (C.GPU_MEMORY_FAULT),
+            "!!! Exception during processing !!! Native API returns: 20 "
+            "(UR_RESULT_ERROR_DEVICE_LOST)",
+            C.GPU_MEMORY_FAULT,
         ),
     ],
 )
