@@ -33,7 +33,8 @@ CATEGORY_PRIORITY: dict[str, int] = {
 # read the others): for wordings without a trigger word (they cost nothing while the job
 # runs, and are not acted on live). Also the line above a native abort (a `segfault_abort`
 # line: glog's fatal message above "*** Check failure stack trace: ***"), when the abort is
-# read, if that line holds no trigger word.
+# read, if that line holds no trigger word. A `survivable` tail wording that a progress row
+# follows is left alone (the job went on past it).
 LINE_SCOPE, EXCEPTION_SCOPE, FRAME_SCOPE, TAIL_SCOPE = "line", "exception", "frame", "tail"
 SCOPES = (LINE_SCOPE, EXCEPTION_SCOPE, FRAME_SCOPE, TAIL_SCOPE)
 TAIL_LINES = 40

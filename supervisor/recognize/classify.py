@@ -257,9 +257,17 @@ class LiveClassifier(SkippedText):
                 if not body or self._matcher.triggered(body):
                     continue
                 sig = self._matcher.match_tail(body)
+                if sig is not None and sig.survivable and self._progress_after(first + at):
+                    break  # the job went on past it
                 if sig is not None:
                     self._add(sig, first + at, text_of(segment), None, out)
                     break
+
+    def _progress_after(self, line: int) -> bool:
+        """Whether a progress row was read after `line` (a survivable tail wording then came
+        before output that went on: a redraw of the same row counts too, erring toward
+        reading nothing)."""
+        return self._last is not None and self._last[0] > line
 
     def _continue_cut(self, chunk: bytes, out: list[Finding]) -> bytes:
         """Extend an overlong segment; once its terminator comes, classify it."""

@@ -215,6 +215,12 @@ def test_a_traceback_cut_where_torch_starts_the_gpu_runtime() -> None:
         ),
         ("已放弃 (核心已转储)", C.SEGFAULT_ABORT),
         ("[1]+  Hangup                  python train.py", C.KILLED),
+        (
+            "INFO:torch.distributed.distributed_c10d:Waiting in store based barrier to initialize "
+            "process group for rank: 1, key: store_based_barrier_key:1 (world_size=2, "
+            "worker_count=1, timeout=0:30:00)",
+            C.NCCL_DISTRIBUTED,
+        ),
         ("ssh: connect to host 10.0.0.7 port 12345: Connection refused", C.NCCL_DISTRIBUTED),
         ("段错误 (核心已转储)", C.SEGFAULT_ABORT),
         (
@@ -256,6 +262,14 @@ def test_the_line_above_a_native_abort_is_read_for_what_the_program_reported() -
     assert category(caffe + stack) == C.OOM
     # a line above that names nothing leaves the abort what it is
     assert category("F0729 12:58:37.2 109 a.cc:5] x\n" + stack) == C.SEGFAULT_ABORT
+
+
+def test_a_barrier_the_ranks_passed_is_not_a_failure() -> None:
+    wait = (
+        "INFO:torch.distributed.distributed_c10d:Waiting in store based barrier to initialize "
+        "process group for rank: 1, key: store_based_barrier_key:1\n"
+    )
+    assert category("Epoch 1/10\n" + wait + "Epoch 2/10\n") == C.NONE
 
 
 def test_a_worker_crash_the_training_goes_on_after_was_lived_through() -> None:
