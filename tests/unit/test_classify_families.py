@@ -398,6 +398,11 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ),
         ("MemoryError: bad allocation: cudaErrorMemoryAllocation: out of memory", C.OOM),
         (
+            'docker: Error response from daemon: could not select device driver "" with '
+            "capabilities: [[gpu]].",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
             "RuntimeError: Native API failed. Native API returns: 20 (UR_RESULT_ERROR_DEVICE_LOST)",
             C.GPU_MEMORY_FAULT,
         ),
