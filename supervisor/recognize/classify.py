@@ -28,9 +28,11 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   DeepSpeed or Horovod), an unknown exception about a lost connection (reset, refused, broken
   pipe, a socket timeout) is `nccl_distributed`.
 - A traceback Python only printed ("Exception ignored in ...", "Error in atexit...") is not a
-  failure; nor, unless a signature knows its exception or frames, one printed under a retry's
-  or the program's own warning ("WARNING: ..."), or one that ended a thread other than the main
-  one ("Exception in thread ..."). Its chained tracebacks read the same. Frames that run only
+  failure; nor, unless a signature knows its exception or frames, one that ended a thread other
+  than the main one ("Exception in thread ..."), or one printed under a retry's or the
+  program's own warning ("WARNING: ...") that output goes on after (one the output ends with
+  ended the job, and is decided by what its frames showed). Its chained tracebacks read the
+  same. Frames that run only
   after training (torch.save, save_checkpoint, picking the best metric, epoch-end and evaluation
   hooks, an evaluation called with the loop's epoch), a printed training loss, an epoch that
   says it ended ("took 28 s"), a schedule stepped past its total ("Tried to step 60002
@@ -92,6 +94,7 @@ from __future__ import annotations
 
 import functools
 from collections import deque
+from dataclasses import replace
 from typing import NamedTuple
 
 from rsup.supervisor.recognize import advance
@@ -152,14 +155,18 @@ LAST_BYTES = 16 * 1024  # the end of the output kept for `scope: tail` signature
 
 
 class Orphan(NamedTuple):
-    """A lone exception line, pending: it counts if nothing but redraws of a progress row (or
-    more of its message) follow it to the end of the output (LiveClassifier._went_on)."""
+    """An exception line, pending: it counts if nothing but redraws of a progress row (or
+    more of its message) follow it to the end of the output (LiveClassifier._went_on). A lone
+    line, or the exception line of a traceback printed under a warning or a retry (`trace`,
+    `chain`: decided then by what its frames showed)."""
 
     body: bytes
     shown: str
     line: int
     marks: Marks  # the progress seen before it, and the rows first seen after it
     message_under: bool = False  # its message began on the line under it ("RuntimeError:")
+    trace: Trace | None = None
+    chain: int | None = None
 
 
 @functools.lru_cache(maxsize=4)
@@ -185,7 +192,9 @@ class LiveClassifier(SkippedText):
         self._tail = b""
         self._closed = False
         self._region, self._pos = b"", 0  # the region and offset of the line being read
+        self._segment_before = b""  # the segment before the one being read, on its line
         self._prev_line = b""  # the last line of the region before, for the line above
+        self._prev_line_no = 0  # its number
         self._last_bytes = b""  # the end of the output so far, for `scope: tail` signatures
         self._last_line = 0  # the number of its last complete line
         self._traced: deque[int] = deque(maxlen=4 * TAIL_LINES)  # lines read in tracebacks
@@ -227,9 +236,16 @@ class LiveClassifier(SkippedText):
         if self._tb.close():
             self._end_trace(out)
         self._say(b"", out)
-        if self._orphan is not None:  # an exception line without its frames ends the output
+        if self._orphan is not None:  # a pending exception line ends the output
             orphan, self._orphan = self._orphan, None
-            self._exception(orphan.body, orphan.shown, None, out, orphan.line, None, None)
+            if orphan.trace is None:
+                self._exception(orphan.body, orphan.shown, None, out, orphan.line, None, None)
+            else:  # a traceback printed under a warning or a retry: what its frames showed
+                text, trace = orphan.body.decode("utf-8", "replace"), orphan.trace
+                trained = trace.trained_for(orphan.body)
+                self._unknown_exception(
+                    text, orphan.line, orphan.shown, orphan.chain, trace.marks, trained
+                )
         self._read_last_lines(out)
         self._pending, self._head, self._closed = b"", None, True
         return out
@@ -257,17 +273,31 @@ class LiveClassifier(SkippedText):
                 if not body or self._matcher.triggered(body):
                     continue
                 sig = self._matcher.match_tail(body)
-                if sig is not None and sig.survivable and self._progress_after(first + at):
-                    break  # the job went on past it
-                if sig is not None:
+                if sig is None:
+                    continue
+                if not (
+                    sig.survivable
+                    and self._went_on_past(lines[at + 1 :], first + at + 1, sig, traced)
+                ):
                     self._add(sig, first + at, text_of(segment), None, out)
-                    break
+                break  # one finding a line; none when the job went on past a survivable one
 
-    def _progress_after(self, line: int) -> bool:
-        """Whether a progress row was read after `line` (a survivable tail wording then came
-        before output that went on: a redraw of the same row counts too, erring toward
-        reading nothing)."""
-        return self._last is not None and self._last[0] > line
+    def _went_on_past(self, after: list[bytes], at: int, sig: Signature, traced: set[int]) -> bool:
+        """Whether the output went on after a survivable tail wording of `sig` (`after`: the
+        lines below it, the first numbered `at`): a line that is not more of the same, not
+        part of a traceback, and holds no trigger word (a line that does was read as it came,
+        and speaks for itself). "Rank 0: Completed store-based barrier" after "Waiting in
+        store based barrier" is the job going on; a traceback under it is not."""
+        for n, line in enumerate(after, at):
+            if n in traced:
+                continue
+            for segment in line.split(b"\r"):
+                body = after_rank_prefix(cut(segment))[0].strip()
+                if not body or self._matcher.triggered(body):
+                    continue
+                if self._matcher.match_tail(body) is not sig:
+                    return True
+        return False
 
     def _continue_cut(self, chunk: bytes, out: list[Finding]) -> bytes:
         """Extend an overlong segment; once its terminator comes, classify it."""
@@ -309,6 +339,7 @@ class LiveClassifier(SkippedText):
         tail = region.rstrip()
         if tail:  # the last line that is not blank, for the line above
             self._prev_line = tail[tail.rfind(b"\n") + 1 :][-4096:]
+            self._prev_line_no = self._lines + 1 - region.count(b"\n", len(tail))
         if self._matcher.tail_sigs:
             self._last_bytes = (self._last_bytes + region[-LAST_BYTES:])[-LAST_BYTES:]
             self._last_line = self._lines
@@ -316,31 +347,49 @@ class LiveClassifier(SkippedText):
     def _line(self, region: bytes, pos: int, out: list[Finding]) -> int:
         """Classify the segments of the line at `pos`; return where the next line starts."""
         end = region.find(b"\n", pos)
-        self._region, self._pos = region, pos
+        self._region, self._pos, self._segment_before = region, pos, b""
         piece = region[pos:end] if end >= 0 else region[pos:]
         for segment in piece.split(b"\r"):
             if segment:
                 self._segment(segment, out)
+                if segment.strip():
+                    self._segment_before = segment
         if end < 0:
             return len(region)
         self._lines += 1
         return end + 1
 
     def _line_above(self) -> bytes:
-        """The line above the one being read (from the region before when it starts one)."""
-        region, pos = self._region, self._pos
-        above = region[max(0, pos - 4096) : pos].rstrip(b"\r\n")
-        if not above.strip():
-            above = self._prev_line.rstrip(b"\r\n")
-        return above[above.rfind(b"\n") + 1 :]
+        """The line above the one being read: see _above."""
+        return self._above()[0]
+
+    def _above(self) -> tuple[bytes, int]:
+        """The last line above the one being read that is not blank (from the region before
+        when this one holds none), as the classifier reads it (its last `\\r` segment, past a
+        launcher's tag), and its number: the same whatever chunks the output came in. A
+        segment after a `\\r` has the segment before it above it."""
+        if self._segment_before.strip():
+            return after_rank_prefix(self._segment_before)[0].strip(), self._lines + 1
+        before = self._region[max(0, self._pos - 4096) : self._pos]
+        kept = before.rstrip()
+        if kept:
+            above, at = (
+                kept[kept.rfind(b"\n") + 1 :],
+                self._lines + 1 - before.count(b"\n", len(kept)),
+            )
+        else:
+            above, at = self._prev_line, self._prev_line_no
+        return after_rank_prefix(above.rsplit(b"\r", 1)[-1])[0].strip(), at
 
     def _segment(self, segment: bytes, out: list[Finding]) -> None:
         segment = cut(segment)
         body, prefix = after_rank_prefix(segment)
         joined = False
         if self._unsaid is not None and body.strip():  # its message, or output going on
-            joined = takes_message(body, alone=self._unsaid[4] == ALONE) or self._names_it(body)
-            self._say(body.strip() if joined else b"", out)
+            joined = takes_message(body, alone=self._unsaid[4] == ALONE)
+            named = not joined and self._names_it(body)
+            self._say(body.strip() if joined or named else b"", out, lived_through=named)
+            joined = joined or named
         if self._orphan is not None and not joined and self._went_on(segment):
             self._orphan = None
         if prefix:
@@ -381,13 +430,16 @@ class LiveClassifier(SkippedText):
         elif signature is not None:
             self._add(signature, line, text_of(segment), None, out)
             if signature.category == C.SEGFAULT_ABORT and self._matcher.tail_sigs:
-                self._read_above_abort(line, out)
+                self._read_above_abort(out)
         elif (
             tb.state == IDLE
             and self._line_above().startswith(HYDRA_HEADER)
             and is_failure_exception(text_of(body))
         ):  # the exception that ended a Hydra job, printed without its frames
-            self._exception(body, text_of(segment), None, out, line, None, None)
+            if MESSAGE_NEXT.match(body):  # "AssertionError: ", its message under it
+                self._unsaid = (body, text_of(segment), line, None, None)
+            else:
+                self._exception(body, text_of(segment), None, out, line, None, None)
         elif tb.state == IDLE and is_orphan_exception(body):
             if MESSAGE_NEXT.match(body):  # "RuntimeError:" alone, its message under it
                 self._unsaid = (body, text_of(segment), line, None, ALONE)
@@ -400,24 +452,19 @@ class LiveClassifier(SkippedText):
         elif CONNECT_RETRY_WORD in body and CONNECT_RETRY.regex.search(text_of(body)):
             self._add(CONNECT_RETRY, line, text_of(segment), None, out)
 
-    def _read_above_abort(self, line: int, out: list[Finding]) -> None:
-        """The line above a native abort (`line`) says what the program reported before it
-        aborted (glog's fatal message above "*** Check failure stack trace: ***"). Skipped in
-        bulk when it holds no trigger word, it is tried against the `scope: tail` signatures,
-        which are for such wordings."""
-        before = self._region[max(0, self._pos - 4096) : self._pos]
-        kept = before.rstrip(b"\r\n")
-        if not kept.strip():
-            return  # the line above ended an earlier chunk: left to the tail pass
-        above = kept[kept.rfind(b"\n") + 1 :].rsplit(b"\r", 1)[-1]
-        body = after_rank_prefix(cut(above))[0].strip()
-        if not body or self._matcher.triggered(body):
+    def _read_above_abort(self, out: list[Finding]) -> None:
+        """The line above a native abort says what the program reported before it aborted
+        (glog's fatal message above "*** Check failure stack trace: ***"). Skipped in bulk
+        when it holds no trigger word, it is tried against the `scope: tail` signatures, which
+        are for such wordings; not the survivable ones (those count only where the output
+        ends with them, which is not known yet), and once per line."""
+        body, at = self._above()
+        if not body or at in self._traced or self._matcher.triggered(body):
             return
         sig = self._matcher.match_tail(body)
-        if sig is not None:
-            at = line - before.count(b"\n", len(kept))
-            self._traced.append(at)  # read: the tail pass leaves it alone
-            self._add(sig, at, text_of(above), None, out)
+        if sig is not None and not sig.survivable:
+            self._traced.append(at)  # read: neither this nor the tail pass reads it again
+            self._add(sig, at, text_of(body), None, out)
 
     def _marks_before(self, line: int) -> Marks:
         return Marks(*self._seen_before(line))
@@ -450,8 +497,10 @@ class LiveClassifier(SkippedText):
             return False
         return self._matcher.match(self._unsaid[0].rstrip() + b" " + body.strip()) is not None
 
-    def _say(self, message: bytes, out: list[Finding]) -> None:
-        """Decide a held exception line (see _unsaid) with the `message` line under it."""
+    def _say(self, message: bytes, out: list[Finding], *, lived_through: bool = False) -> None:
+        """Decide a held exception line (see _unsaid) with the `message` line under it;
+        `lived_through`: the message is a line at column 0 (_names_it), so the failure it names
+        is excused, as a survivable one is, by progress that advances after it."""
         if self._unsaid is None:
             return
         body, shown, line, trace, chain = self._unsaid
@@ -463,6 +512,8 @@ class LiveClassifier(SkippedText):
         if chain != ALONE:
             self._exception(body, shown, signature, out, line, trace, chain)
         elif signature is not None:
+            if lived_through and not signature.survivable:
+                signature = replace(signature, survivable=True)
             self._add(signature, line, shown, None, out)
         else:  # counts, as any lone exception line, only if nothing but redraws follow it
             self._orphan = Orphan(body, shown, line, self._marks_before(line), True)
@@ -519,7 +570,8 @@ class LiveClassifier(SkippedText):
             harmless = bool(trace and trace.printed) or self._matcher.harmless(body)
             if trace and trace.printed == LOGGED_RETRY and not self._matcher.harmless(body):
                 if is_failure_exception(text):  # counts if the output ends with it
-                    self._orphan = Orphan(body, shown, line, self._marks_before(line))
+                    seen = self._marks_before(line)
+                    self._orphan = Orphan(body, shown, line, seen, trace=trace, chain=chain)
                 return
             if is_failure_exception(text) and not harmless:
                 trained = trace.trained_for(body) if trace else False

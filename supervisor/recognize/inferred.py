@@ -75,7 +75,9 @@ TRANSIENT = re.compile(
     r"|FloatingPoint|[Ll]oss scale|Input/output error|No space left|[Dd]isk quota|[Ii]nterrupt"
     r"|[Ss]ignal|[Mm]emory|[Dd]evice-side|invalid values|(?:failed to|did not) converge"
     r"|ill-conditioned|process has (?:shut ?down|died|exited)|[Hh]istogram is empty"
-    r"|grad_scale is too small|[Ss]ocket|[Dd]eadline [Ee]xceeded|DEADLINE_EXCEEDED"
+    r"|grad_scale is too small"
+    r"|[Ss]ocket (?:closed|is closed|timed? ?out|error)|\bsocket\.(?:timeout|error)\b"
+    r"|[Dd]eadline [Ee]xceeded|DEADLINE_EXCEEDED"
 )
 # A training loss printed on a progress line ("Epoch: 1, train loss: 0.69"): a step was
 # taken. Not a validation or test loss.
@@ -262,7 +264,8 @@ TRAINED_FRAME = re.compile(
 # `_run_sanity_check` (SANITY_FRAME) is still read as before training. Not `validate` (setup
 # and libraries name their checks so: jsonschema, GenerationConfig.validate), nor a private
 # `_evaluate` (Hugging Face's Trainer evaluates before training with eval_on_start). COCO
-# evaluation turning a model's detections into results (`_segm2json`, `loadRes`) is one too.
+# evaluation turning a model's detections into results (`_segm2json`, `loadRes`; IPython
+# names the method with its class: `COCO.loadRes`) is one too.
 EVAL_FRAME = re.compile(
     r"(?:, in |\.py in )(?:evaluate\w*|validation_(?:step|loop|epoch\w*)"
     r"|val_(?:step|epoch|one_epoch)|valid_(?:step|epoch|one_epoch)"

@@ -32,6 +32,26 @@ def category(text: str) -> str:
     return diagnose_text(text, catalogue=shipped()).category
 
 
+def every_way(text: str) -> set[tuple[str, int | None]]:
+    """The verdicts (category, line) of the live classifier fed `text` whole, line by line,
+    byte by byte and in pieces of 7 bytes: one verdict when the feeding does not matter."""
+    data, verdicts = text.encode(), set()
+    cuts = (
+        [data],
+        data.splitlines(keepends=True),
+        [data[i : i + 1] for i in range(len(data))],
+        [data[i : i + 7] for i in range(0, len(data), 7)],
+    )
+    for pieces in cuts:
+        classifier = LiveClassifier(shipped())
+        for piece in pieces:
+            classifier.feed(piece)
+        classifier.close()
+        verdict = classifier.verdict()
+        verdicts.add((verdict.category, verdict.line))
+    return verdicts
+
+
 def test_frames_that_run_only_after_training_make_an_unknown_exception_unknown() -> None:
     saving = TRACEBACK + SAVE_FRAMES + "TypeError: can't pickle _thread.lock objects\n"
     assert category(saving) == C.UNKNOWN
@@ -171,6 +191,9 @@ def test_a_traceback_printed_under_a_warning_or_retry_counts_when_it_ends_the_ou
     # redraws of a bar seen before it are not output going on
     bar = "Epoch 1: 100%|##########| 10/10\n"
     assert category("Epoch 3/10\n" + bar + warned + "RuntimeError: x\n" + bar) == C.UNKNOWN
+    # decided by what its frames showed: torch.save runs after training
+    saving = "WARNING: something\n" + TRACEBACK + SAVE_FRAMES + "TypeError: cannot pickle x\n"
+    assert every_way(saving) == {(C.UNKNOWN, 6)}
 
 
 def test_hydras_exception_line_without_its_frames_ended_the_job() -> None:
@@ -181,6 +204,15 @@ def test_hydras_exception_line_without_its_frames_ended_the_job() -> None:
     assert category(hydra + "ValueError: bad value" + hint) == C.CONFIG_ERROR
     assert category("Epoch 3/10\n" + hydra + "ValueError: bad value" + hint) == C.UNKNOWN
     assert category("ValueError: bad value" + hint) == C.NONE  # a lone line output follows
+    # its message on the next line, a blank or a bar before the header, rank tags
+    driver = "AssertionError: \nFound no NVIDIA driver on your system. Please check that you\n"
+    assert every_way(hydra + driver) == {(C.HIP_RUNTIME_INIT, 2)}
+    assert every_way(hydra + "   \nValueError: bad" + hint) == {(C.CONFIG_ERROR, 3)}
+    assert every_way(" 10/100 [00:01]\r" + hydra + "ValueError: bad" + hint) == {
+        (C.CONFIG_ERROR, 2)
+    }
+    ranked = "[rank0]: " + hydra + "[rank0]: ValueError: bad\n"
+    assert every_way(ranked) == {(C.CONFIG_ERROR, 2)}
 
 
 def test_a_lone_exception_lines_message_at_column_0_when_it_names_a_failure() -> None:
@@ -189,9 +221,13 @@ def test_a_lone_exception_lines_message_at_column_0_when_it_names_a_failure() ->
     assert category(driver + "have an NVIDIA GPU and installed a driver\n") == (C.HIP_RUNTIME_INIT)
     # a line at column 0 that names nothing is output going on
     assert category("AssertionError:\nsomething went wrong\nmore output\n") == C.NONE
+    # what the joined line names is lived through when training advances after it
+    memory = "Epoch 1/10 loss 0.3\nValueError:\nCannot allocate memory (12)\n"
+    assert category(memory + "Epoch 2/10 loss 0.2\n") == C.NONE
+    assert category(memory) == C.HOST_OOM
 
 
-def test_a_traceback_cut_where_torch_starts_the_gpu_runtime() -> None:
+def test_an_unknown_exception_in_torchs_cuda_lazy_init_is_the_runtime() -> None:
     frames = (
         '  File "/venv/lib/python3.10/site-packages/torch/cuda/__init__.py", line 302, '
         "in _lazy_init\n    torch._C._cuda_init()\n"
@@ -251,15 +287,17 @@ def test_the_line_above_a_native_abort_is_read_for_what_the_program_reported() -
         "available for execution on the device\n"
     )
     stack = "*** Check failure stack trace: ***\n" + "    @     0xffff34829840  absl::x()\n" * 60
-    assert category(fatal + stack) == C.HIP_RUNTIME_INIT
+    assert every_way(fatal + stack) == {(C.HIP_RUNTIME_INIT, 1)}
+    assert every_way("x\n" + fatal + "\n\n" + stack) == {(C.HIP_RUNTIME_INIT, 2)}
     finding = LiveClassifier(shipped())
-    found = finding.feed((fatal + stack).encode()) + finding.close()
-    assert [f.line for f in found if f.category == C.HIP_RUNTIME_INIT] == [1]
+    twice = fatal + "Segmentation fault (core dumped)\rSegmentation fault (core dumped)\n"
+    found = finding.feed(twice.encode()) + finding.close()
+    assert [f.line for f in found if f.category == C.HIP_RUNTIME_INIT] == [1]  # read once
     caffe = (
         "F0623 11:32:24.873178 19713 gpu_memory.hpp:38] Failed to allocate 49152000 bytes on "
         "device 2. Total memory: 12799574016, Free: 21430272, dev_info[2]: total=12799574016\n"
     )
-    assert category(caffe + stack) == C.OOM
+    assert every_way(caffe + stack) == {(C.OOM, 1)}
     # a line above that names nothing leaves the abort what it is
     assert category("F0729 12:58:37.2 109 a.cc:5] x\n" + stack) == C.SEGFAULT_ABORT
 
@@ -270,6 +308,41 @@ def test_a_barrier_the_ranks_passed_is_not_a_failure() -> None:
         "process group for rank: 1, key: store_based_barrier_key:1\n"
     )
     assert category("Epoch 1/10\n" + wait + "Epoch 2/10\n") == C.NONE
+    done = "INFO:torch.distributed.distributed_c10d:Rank 1: Completed store-based barrier\n"
+    assert category(wait + done) == C.NONE
+    assert every_way(wait + done + "Loading data\nSegmentation fault (core dumped)\n") == {
+        (C.SEGFAULT_ABORT, 4)
+    }
+    # a traceback under it (the job died waiting) does not excuse it
+    assert category(wait + TRACEBACK + '  File "x.py", line 2, in init_process_group\n') == (
+        C.NCCL_DISTRIBUTED
+    )
+
+
+def test_review_lines_that_look_like_failures_but_are_not() -> None:
+    for line in (
+        "Floating point exception handling: enabled",
+        "Checking whether the instance was preempted... no",
+        "2 Terminated",
+        (  # ONNX Runtime falls back from TensorRT to CUDA
+            "[E:onnxruntime:Default, provider_bridge_ort.cc:1548 TryGetProviderInfo_TensorRT] "
+            "onnxruntime::ProviderLibrary::Get() [ONNXRuntimeError] : 1 : FAIL : Failed to load "
+            "library libonnxruntime_providers_tensorrt.so with error: libnvinfer.so.8: cannot "
+            "open shared object file"
+        ),
+    ):
+        assert category("Epoch 1/10\n" + line + "\nEpoch 2/10\n") == C.NONE, line
+    # a deterministic exception that mentions a socket is still a setup mistake
+    socket = "AttributeError: module 'socket' has no attribute 'AF_UNIX'\n"
+    assert category(TRACEBACK + socket) == C.CONFIG_ERROR
+    # a CUDA OOM line does not outrank the kernel's OOM kill or a runtime that cannot start
+    cuda = "RuntimeError: CUDA error: out of memory\n"
+    kill = "[12345.6] Out of memory: Killed process 4242 (python) total-vm:1kB\n"
+    assert category(cuda + kill) == C.HOST_OOM
+    image = "RuntimeError: CUDA error: no kernel image is available for execution on the device\n"
+    assert category(cuda + image) == C.HIP_RUNTIME_INIT
+    visible = "bash: CUDA_VISIBLE_DEVICES: command not found\n"
+    assert category("Loading\n" + visible) == C.CONFIG_ERROR
 
 
 def test_a_worker_crash_the_training_goes_on_after_was_lived_through() -> None:
@@ -381,8 +454,8 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
             C.SEGFAULT_ABORT,
         ),
         (
-            "mpirun noticed that process rank 1 with PID 0 on node n2 exited on signal 11 "
-            "(Segmentation fault).",
+            "mpirun noticed that process rank 1 with PID 0 on node n2 exited on signal 7 "
+            "(Bus error).",
             C.SEGFAULT_ABORT,
         ),
         (
