@@ -69,7 +69,7 @@ class AttemptWatcher:
         self.output_pace: tuple[float, float] | None = None  # (time, fraction done) first seen
         self.last_milestone: dict[str, Any] | None = None  # the last progress point stored
         self.progress: dict[str, Any] | None = None
-        self.faults_seen: set[str] = set()
+        self.faults_seen: set[tuple[str, bool]] = set()  # (signature, survivable) reported
         self.pending = b""
         self.backlog, self.fed = b"", 0  # output read but not classified yet
         self.job_pid: int | None = None
@@ -166,8 +166,10 @@ class AttemptWatcher:
     def _faults(self, findings: list[Finding]) -> list[Report]:
         reports = []
         for f in findings:
-            if f.signature not in self.faults_seen:
-                self.faults_seen.add(f.signature)
+            # once per signature, and once more when a line it reads is fatal after lines it
+            # read were survivable (a failure a later line shows the job did not live through)
+            if (f.signature, f.survivable) not in self.faults_seen:
+                self.faults_seen.add((f.signature, f.survivable))
                 fields = {"signature": f.signature, "line": f.line, "text": f.text[:500]}
                 if f.survivable:  # the job may live through it: no reason to stop it early
                     fields["survivable"] = True

@@ -29,12 +29,13 @@ CATEGORY_PRIORITY: dict[str, int] = {
 # traceback, and only heard when the traceback's exception line is missing (cut off),
 # unknown, or an interrupt; the deepest frame matched speaks. `tail`: only the last
 # TAIL_LINES lines of the output (of its last 16 KiB), read once it has ended, and of those
-# only the lines that hold no trigger word and are not part of a traceback (the live pass
-# read the others): for wordings without a trigger word (they cost nothing while the job
-# runs, and are not acted on live). Also the line above a native abort (a `segfault_abort`
-# line: glog's fatal message above "*** Check failure stack trace: ***"), when the abort is
-# read, if that line holds no trigger word. A `survivable` tail wording that a progress row
-# follows is left alone (the job went on past it).
+# only the lines no line signature read as they came and that are not part of a traceback:
+# for wordings without a trigger word (they cost nothing while the job runs, and are not
+# acted on live). Also the line above a native abort (a `segfault_abort` line: glog's fatal
+# message above "*** Check failure stack trace: ***"), when the abort is read, if no line
+# signature read it; not by the survivable ones there. A `survivable` tail wording counts
+# only where the output ends with it, or goes on with nothing but tracebacks, exception
+# lines, failures a line signature knows, or more of it.
 LINE_SCOPE, EXCEPTION_SCOPE, FRAME_SCOPE, TAIL_SCOPE = "line", "exception", "frame", "tail"
 SCOPES = (LINE_SCOPE, EXCEPTION_SCOPE, FRAME_SCOPE, TAIL_SCOPE)
 TAIL_LINES = 40

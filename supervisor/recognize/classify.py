@@ -164,7 +164,9 @@ class Orphan(NamedTuple):
     shown: str
     line: int
     marks: Marks  # the progress seen before it, and the rows first seen after it
-    message_under: bool = False  # its message began on the line under it ("RuntimeError:")
+    # indented lines under it are more of its message (its message began on the line under
+    # it, "RuntimeError:"; or it ends a traceback, whose message may go on so)
+    message_under: bool = False
     trace: Trace | None = None
     chain: int | None = None
 
@@ -252,8 +254,8 @@ class LiveClassifier(SkippedText):
 
     def _read_last_lines(self, out: list[Finding]) -> None:
         """The `scope: tail` signatures, tried on the last TAIL_LINES lines of the output (of
-        its last LAST_BYTES) that hold no trigger word and are not part of a traceback: the
-        others were read as they came."""
+        its last LAST_BYTES) that no line signature read as they came and that are not part
+        of a traceback."""
         data = self._last_bytes
         if len(data) >= LAST_BYTES:  # the window may begin inside a line: not a line to read
             data = data[data.find(b"\n") + 1 :] if b"\n" in data else b""
@@ -270,7 +272,7 @@ class LiveClassifier(SkippedText):
                 continue
             for segment in lines[at].split(b"\r"):
                 body = after_rank_prefix(cut(segment))[0].strip()
-                if not body or self._matcher.triggered(body):
+                if not body or self._read_live(body):
                     continue
                 sig = self._matcher.match_tail(body)
                 if sig is None:
@@ -285,19 +287,27 @@ class LiveClassifier(SkippedText):
     def _went_on_past(self, after: list[bytes], at: int, sig: Signature, traced: set[int]) -> bool:
         """Whether the output went on after a survivable tail wording of `sig` (`after`: the
         lines below it, the first numbered `at`): a line that is not more of the same, not
-        part of a traceback, and holds no trigger word (a line that does was read as it came,
-        and speaks for itself). "Rank 0: Completed store-based barrier" after "Waiting in
-        store based barrier" is the job going on; a traceback under it is not."""
+        part of a traceback, not an exception line (nor Hydra's line announcing one), and not
+        a failure a line signature knows (that speaks for itself). "Rank 0: Completed
+        store-based barrier" after "Waiting in store based barrier" is the job going on, as
+        is a progress row; a traceback under it is not."""
         for n, line in enumerate(after, at):
             if n in traced:
                 continue
             for segment in line.split(b"\r"):
                 body = after_rank_prefix(cut(segment))[0].strip()
-                if not body or self._matcher.triggered(body):
+                if not body or self._read_live(body) or is_orphan_exception(body):
+                    continue
+                if body.startswith(HYDRA_HEADER):  # Hydra announcing the exception under it
                     continue
                 if self._matcher.match_tail(body) is not sig:
                     return True
         return False
+
+    def _read_live(self, body: bytes) -> bool:
+        """Whether a line signature read the line as it came (it holds a trigger word and a
+        signature knows it): the tail signatures are for the others."""
+        return self._matcher.triggered(body) and self._matcher.match(body) is not None
 
     def _continue_cut(self, chunk: bytes, out: list[Finding]) -> bytes:
         """Extend an overlong segment; once its terminator comes, classify it."""
@@ -370,13 +380,13 @@ class LiveClassifier(SkippedText):
         segment after a `\\r` has the segment before it above it."""
         if self._segment_before.strip():
             return after_rank_prefix(self._segment_before)[0].strip(), self._lines + 1
-        before = self._region[max(0, self._pos - 4096) : self._pos]
-        kept = before.rstrip()
-        if kept:
-            above, at = (
-                kept[kept.rfind(b"\n") + 1 :],
-                self._lines + 1 - before.count(b"\n", len(kept)),
-            )
+        region, end = self._region, self._pos
+        i = end
+        while i > 0 and region[i - 1] in b" \t\r\n\f\v":  # past the blank lines above
+            i -= 1
+        if i > 0:
+            start = max(region.rfind(b"\n", 0, i) + 1, i - 4096)
+            above, at = region[start:i], self._lines + 1 - region.count(b"\n", i, end)
         else:
             above, at = self._prev_line, self._prev_line_no
         return after_rank_prefix(above.rsplit(b"\r", 1)[-1])[0].strip(), at
@@ -459,7 +469,7 @@ class LiveClassifier(SkippedText):
         are for such wordings; not the survivable ones (those count only where the output
         ends with them, which is not known yet), and once per line."""
         body, at = self._above()
-        if not body or at in self._traced or self._matcher.triggered(body):
+        if not body or at in self._traced or self._read_live(body):
             return
         sig = self._matcher.match_tail(body)
         if sig is not None and not sig.survivable:
@@ -571,7 +581,7 @@ class LiveClassifier(SkippedText):
             if trace and trace.printed == LOGGED_RETRY and not self._matcher.harmless(body):
                 if is_failure_exception(text):  # counts if the output ends with it
                     seen = self._marks_before(line)
-                    self._orphan = Orphan(body, shown, line, seen, trace=trace, chain=chain)
+                    self._orphan = Orphan(body, shown, line, seen, True, trace, chain)
                 return
             if is_failure_exception(text) and not harmless:
                 trained = trace.trained_for(body) if trace else False

@@ -78,7 +78,7 @@ class FailureLedger:
         # training shown after a config error (a bar's last redraw counts the steps done
         # before it): not a mistake in the setup after all
         read = [self._after_training(h) for h in active] if self._trained else active
-        root = max(range(len(read)), key=lambda i: (read[i].priority, -i))
+        root = max(range(len(read)), key=lambda i: (read[i].priority, -read[i].finding.line, -i))
         return diagnosis_of(read[root], self._evidence(active[root]))
 
     @staticmethod

@@ -324,6 +324,11 @@ def test_review_lines_that_look_like_failures_but_are_not() -> None:
         "Floating point exception handling: enabled",
         "Checking whether the instance was preempted... no",
         "2 Terminated",
+        "3 Killed",
+        "Status: Killed",
+        "Checking whether the node has been preempted",
+        "Illegal instruction detected, falling back to generic kernels",
+        "Bus error handling disabled",
         (  # ONNX Runtime falls back from TensorRT to CUDA
             "[E:onnxruntime:Default, provider_bridge_ort.cc:1548 TryGetProviderInfo_TensorRT] "
             "onnxruntime::ProviderLibrary::Get() [ONNXRuntimeError] : 1 : FAIL : Failed to load "
@@ -341,8 +346,36 @@ def test_review_lines_that_look_like_failures_but_are_not() -> None:
     assert category(cuda + kill) == C.HOST_OOM
     image = "RuntimeError: CUDA error: no kernel image is available for execution on the device\n"
     assert category(cuda + image) == C.HIP_RUNTIME_INIT
-    visible = "bash: CUDA_VISIBLE_DEVICES: command not found\n"
+    visible = "run.sh: line 2: CUDA_VISIBLE_DEVICES: command not found\n"
     assert category("Loading\n" + visible) == C.CONFIG_ERROR
+    # a command the shell did not find, and the job went on: a healthy run
+    healthy = "Loading model\nEvaluating 500 images\nmAP 0.41\nDone\n"
+    assert category(visible + healthy) == C.NONE
+    rows = "Epoch 1/2: 100%|##########| 50/50 [00:05<00:00, loss=0.41, error=0.12]\n"
+    assert category("run.sh: line 1: nvidia-smi: command not found\n" + rows) == C.NONE
+    assert category("Using CUDA device 0\n" + visible + "Saved -> out/preds.csv\n") == C.NONE
+    # a statement of preemption; bash's crash line with the command glued to the signal
+    assert category("Epoch 2/10\nThe node was preempted; the job will be requeued\n") == (C.KILLED)
+    fpe = 'sig.sh: line 1: 26941 Floating point exceptionpython3 -c "1/0"\n'
+    assert category("Epoch 2/10\n" + fpe) == C.SEGFAULT_ABORT
+    # whatever blank run stands above the line above, it is read the same
+    hydra = "Error executing job with overrides: []\n"
+    hint = "\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"
+    assert every_way(hydra + " " * 4100 + "\nValueError: bad" + hint) == {(C.CONFIG_ERROR, 3)}
+    warned = "WARNING: x\n" + " " * 4100 + "\n" + TRACEBACK + "KeyError: 'x'\nEpoch 1/10\n"
+    assert every_way(warned) == {(C.NONE, None)}
+    # a warned traceback's message that goes on on indented lines still ended the job
+    detail = "WARNING: x\n" + TRACEBACK + "ValueError: bad\n  detail line\n"
+    assert category(detail) == C.CONFIG_ERROR
+
+
+def test_a_tie_goes_to_the_earliest_line() -> None:
+    tail = "rocBLAS warning: Attempting to use hipBLASLt on a unsupported architecture\n"
+    fatal = (
+        "F0729 12:58:37.2 109 u.cc:504] Failed call to cudaGetFuncBySymbol: no kernel image is "
+        "available for execution on the device\n*** Check failure stack trace: ***\n"
+    )
+    assert every_way(tail + "Loading\n" + fatal) == {(C.HIP_RUNTIME_INIT, 1)}
 
 
 def test_a_worker_crash_the_training_goes_on_after_was_lived_through() -> None:
