@@ -200,6 +200,7 @@ class LiveClassifier(SkippedText):
         self._last_bytes = b""  # the end of the output so far, for `scope: tail` signatures
         self._last_line = 0  # the number of its last complete line
         self._traced: deque[int] = deque(maxlen=4 * TAIL_LINES)  # lines read in tracebacks
+        self._signed: deque[int] = deque(maxlen=4 * TAIL_LINES)  # lines a line signature read
         self._orphan: Orphan | None = None
         self._printed: tuple[int, str | None] | None = None  # the last traceback's chain, printed
         # An exception line whose message is on the next line ("AssertionError: " then
@@ -266,13 +267,13 @@ class LiveClassifier(SkippedText):
         else:
             last += 1  # the output ends inside a line ("\r" redraws): the line after
         first = last - len(lines) + 1
-        traced = set(self._traced)
+        traced = set(self._traced) | set(self._signed)  # read as they came
         for at in range(max(0, len(lines) - TAIL_LINES), len(lines)):
             if first + at in traced:
                 continue
             for segment in lines[at].split(b"\r"):
                 body = after_rank_prefix(cut(segment))[0].strip()
-                if not body or self._read_live(body):
+                if not body:
                     continue
                 sig = self._matcher.match_tail(body)
                 if sig is None:
@@ -284,30 +285,26 @@ class LiveClassifier(SkippedText):
                     self._add(sig, first + at, text_of(segment), None, out)
                 break  # one finding a line; none when the job went on past a survivable one
 
-    def _went_on_past(self, after: list[bytes], at: int, sig: Signature, traced: set[int]) -> bool:
+    def _went_on_past(self, after: list[bytes], at: int, sig: Signature, read: set[int]) -> bool:
         """Whether the output went on after a survivable tail wording of `sig` (`after`: the
         lines below it, the first numbered `at`): a line that is not more of the same, not
         part of a traceback, not an exception line (nor Hydra's line announcing one), and not
-        a failure a line signature knows (that speaks for itself). "Rank 0: Completed
+        a failure a line signature read as it came (`read`: those lines, and the traceback
+        lines; that speaks for itself). "Rank 0: Completed
         store-based barrier" after "Waiting in store based barrier" is the job going on, as
         is a progress row; a traceback under it is not."""
         for n, line in enumerate(after, at):
-            if n in traced:
+            if n in read:
                 continue
             for segment in line.split(b"\r"):
                 body = after_rank_prefix(cut(segment))[0].strip()
-                if not body or self._read_live(body) or is_orphan_exception(body):
+                if not body or is_orphan_exception(body):
                     continue
                 if body.startswith(HYDRA_HEADER):  # Hydra announcing the exception under it
                     continue
                 if self._matcher.match_tail(body) is not sig:
                     return True
         return False
-
-    def _read_live(self, body: bytes) -> bool:
-        """Whether a line signature read the line as it came (it holds a trigger word and a
-        signature knows it): the tail signatures are for the others."""
-        return self._matcher.triggered(body) and self._matcher.match(body) is not None
 
     def _continue_cut(self, chunk: bytes, out: list[Finding]) -> bytes:
         """Extend an overlong segment; once its terminator comes, classify it."""
@@ -439,6 +436,7 @@ class LiveClassifier(SkippedText):
             self._exception(body, text_of(segment), signature, out, line, trace, tb.chain)
         elif signature is not None:
             self._add(signature, line, text_of(segment), None, out)
+            self._signed.append(line)
             if signature.category == C.SEGFAULT_ABORT and self._matcher.tail_sigs:
                 self._read_above_abort(out)
         elif (
@@ -469,7 +467,7 @@ class LiveClassifier(SkippedText):
         are for such wordings; not the survivable ones (those count only where the output
         ends with them, which is not known yet), and once per line."""
         body, at = self._above()
-        if not body or at in self._traced or self._read_live(body):
+        if not body or at in self._traced or at in self._signed:
             return
         sig = self._matcher.match_tail(body)
         if sig is not None and not sig.survivable:
