@@ -289,10 +289,10 @@ class LiveClassifier(SkippedText):
         """Whether the output went on after a survivable tail wording of `sig` (`after`: the
         lines below it, the first numbered `at`): a line that is not more of the same, not
         part of a traceback, not an exception line (nor Hydra's line announcing one), and not
-        a failure a line signature read as it came (`read`: those lines, and the traceback
-        lines; that speaks for itself). "Rank 0: Completed
-        store-based barrier" after "Waiting in store based barrier" is the job going on, as
-        is a progress row; a traceback under it is not."""
+        a failure a line signature read as it came, which speaks for itself (`read`: the
+        numbers of those lines and of the traceback lines). "Rank 0: Completed store-based
+        barrier" after "Waiting in store based barrier" is the job going on, as is a
+        progress row; a traceback under it is not."""
         for n, line in enumerate(after, at):
             if n in read:
                 continue
