@@ -94,6 +94,7 @@ from __future__ import annotations
 
 import functools
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -169,6 +170,15 @@ class Orphan(NamedTuple):
     message_under: bool = False
     trace: Trace | None = None
     chain: int | None = None
+
+
+def _segments(line: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """The segments of a line that are not blank ("\\r" redraws), each with its text as the
+    classifier reads it (cut, past a launcher's tag)."""
+    for segment in line.split(b"\r"):
+        body = after_rank_prefix(cut(segment))[0].strip()
+        if body:
+            yield segment, body
 
 
 @functools.lru_cache(maxsize=4)
@@ -271,10 +281,7 @@ class LiveClassifier(SkippedText):
         for at in range(max(0, len(lines) - TAIL_LINES), len(lines)):
             if first + at in traced:
                 continue
-            for segment in lines[at].split(b"\r"):
-                body = after_rank_prefix(cut(segment))[0].strip()
-                if not body:
-                    continue
+            for segment, body in _segments(lines[at]):
                 sig = self._matcher.match_tail(body)
                 if sig is None:
                     continue
@@ -296,12 +303,9 @@ class LiveClassifier(SkippedText):
         for n, line in enumerate(after, at):
             if n in read:
                 continue
-            for segment in line.split(b"\r"):
-                body = after_rank_prefix(cut(segment))[0].strip()
-                if not body or is_orphan_exception(body):
-                    continue
-                if body.startswith(HYDRA_HEADER):  # Hydra announcing the exception under it
-                    continue
+            for _, body in _segments(line):
+                if is_orphan_exception(body) or body.startswith(HYDRA_HEADER):
+                    continue  # an exception line, or Hydra announcing the one under it
                 if self._matcher.match_tail(body) is not sig:
                     return True
         return False
@@ -359,7 +363,7 @@ class LiveClassifier(SkippedText):
         for segment in piece.split(b"\r"):
             if segment:
                 self._segment(segment, out)
-                if segment.strip():
+                if not segment.isspace():
                     self._segment_before = segment
         if end < 0:
             return len(region)
@@ -375,7 +379,7 @@ class LiveClassifier(SkippedText):
         when this one holds none), as the classifier reads it (its last `\\r` segment, past a
         launcher's tag), and its number: the same whatever chunks the output came in. A
         segment after a `\\r` has the segment before it above it."""
-        if self._segment_before.strip():
+        if self._segment_before:
             return after_rank_prefix(self._segment_before)[0].strip(), self._lines + 1
         region, end = self._region, self._pos
         i = end
@@ -441,8 +445,8 @@ class LiveClassifier(SkippedText):
                 self._read_above_abort(out)
         elif (
             tb.state == IDLE
-            and self._line_above().startswith(HYDRA_HEADER)
             and is_failure_exception(text_of(body))
+            and self._line_above().startswith(HYDRA_HEADER)
         ):  # the exception that ended a Hydra job, printed without its frames
             if MESSAGE_NEXT.match(body):  # "AssertionError: ", its message under it
                 self._unsaid = (body, text_of(segment), line, None, None)
@@ -462,10 +466,10 @@ class LiveClassifier(SkippedText):
 
     def _read_above_abort(self, out: list[Finding]) -> None:
         """The line above a native abort says what the program reported before it aborted
-        (glog's fatal message above "*** Check failure stack trace: ***"). Skipped in bulk
-        when it holds no trigger word, it is tried against the `scope: tail` signatures, which
-        are for such wordings; not the survivable ones (those count only where the output
-        ends with them, which is not known yet), and once per line."""
+        (glog's fatal message above "*** Check failure stack trace: ***"). When no line
+        signature read it (skipped in bulk, it holds no trigger word), it is tried against the
+        `scope: tail` signatures, which are for such wordings; not the survivable ones (those
+        count only where the output ends with them, which is not known yet); once a line."""
         body, at = self._above()
         if not body or at in self._traced or at in self._signed:
             return

@@ -55,9 +55,8 @@ STALLED = _built_in(
 # An exception no signature knows, raised before the job trained: its code, data or setup
 # is wrong, and the same run would raise it again. Not when it names what comes and goes
 # (TRANSIENT: the network or a socket, a timeout or deadline, the GPU runtime, memory, a
-# helper process gone) or
-# values gone NaN or invalid (TensorBoard's "The histogram is empty": the values were NaN;
-# icefall's "grad_scale is too small": the fp16 loss scale collapsed).
+# helper process gone) or values gone NaN or invalid (TensorBoard's "The histogram is empty":
+# the values were NaN; icefall's "grad_scale is too small": the fp16 loss scale collapsed).
 UNTRAINED = _built_in(
     C.INFERRED_CONFIG_ERROR,
     C.CONFIG_ERROR,

@@ -57,14 +57,6 @@ class Matcher:
         text = body.decode("utf-8", "replace") if text is None else text
         return any(_matches(s, body, lowered, text) for s in self.benign)
 
-    def triggered(self, body: bytes) -> bool:
-        """Whether a line holds a trigger word: the live pass reads it as it comes (a
-        keywordless signature of a user's makes it read every line, but the tail signatures
-        still read those that hold no trigger word)."""
-        if any(word in body for word in self.words):
-            return True
-        return bool(self.words_ci) and any(word in body.lower() for word in self.words_ci)
-
     def match_tail(self, body: bytes) -> Signature | None:
         """The highest-priority `scope: tail` signature matching a line among the last of
         the output, unless a warning matches too."""
