@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv test lint typecheck unit demo bench e2e libs compat soak compare clean
+.PHONY: all venv test lint typecheck unit demo bench e2e libs compat slow soak compare clean
 
 all: test
 
@@ -57,6 +57,12 @@ bench: $(STAMP)
 # Builds .compat-venv on first use (2-4 min), about 1 min once it is cached.
 compat: $(STAMP)
 	$(BIN)/python tests/compat/run_compat.py $(COMPAT_ARGS)
+
+# The tests marked slow: every crash point of the exactly-once matrix, the 1,000
+# start/stop cycles, and end-to-end cases `make test` covers another way. CI runs it last.
+slow: $(STAMP)
+	@$(BIN)/pytest -q -m "slow and not libs" $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make slow: pytest collected no tests" >&2; fi; exit $$rc
 
 # Long suites, kept out of `make test`.
 soak: $(STAMP)

@@ -133,11 +133,14 @@ def loss_not_finite(segment: bytes) -> bool:
 # Exception messages only a job that trained can raise: a learning-rate schedule stepped
 # past its total (OneCycleLR: "Tried to step 60002 times. The specified number of total
 # steps is 60000"); a callback run at an epoch's end that looked for a metric the epoch did
-# not log (Lightning's ReduceLROnPlateau, ModelCheckpoint and EarlyStopping); fairseq's check,
+# not log (Lightning's ReduceLROnPlateau, ModelCheckpoint and EarlyStopping; the Trainer's
+# `metric_for_best_model`, looked for at an evaluation during training); fairseq's check,
 # every so many updates, that the ranks' gradients still agree.
 TRAINED_MESSAGE = re.compile(
     r"\bTried to step \d+ times\b|\bconditioned on metric `?\S+`? which is not available\b"
     r"|\bcould not find the monitored key in the returned metrics\b"
+    r"|\bModelCheckpoint\(monitor='[^']*'\) not found in the returned metrics\b"
+    r"|\bThe `metric_for_best_model` training argument is set to '[^']*', which is not found\b"
     r"|\bgradients are inconsistent between workers\b"
 )
 

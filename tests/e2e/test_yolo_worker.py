@@ -197,6 +197,7 @@ def test_kill_drill_then_resume_with_new_batch(
     assert second.mine("run_completed")
 
 
+@pytest.mark.slow  # test_yolo_rsup.py runs the same under rsupd in `make test`
 def test_truncated_last_pt_resumes_from_last_good(
     data_yaml: Path, tmp_path: Path, start: Callable[..., Worker]
 ) -> None:

@@ -73,7 +73,18 @@ def applied_once(
         kill_leftovers(tmp_path / "state")
 
 
-@pytest.mark.parametrize("point", END_POINTS + MOVE_POINTS)
+def some_slow(points: list[str], quick: set[str]) -> list[object]:
+    """`points` as parameters, those outside `quick` marked slow: `make test` crashes at the
+    decision's own writes and the commits; `make slow` (CI, after it) at every write."""
+    return [p if p in quick else pytest.param(p, marks=pytest.mark.slow) for p in points]
+
+
+@pytest.mark.parametrize(
+    "point",
+    some_slow(END_POINTS + MOVE_POINTS,
+              {"attempt_end:1", "attempt_end:3", "attempt_end:6", "attempt_end:commit",
+               "move:1", "move:commit"}),
+)  # fmt: skip
 def test_halved_batch_is_applied_exactly_once(tmp_path: Path, point: str) -> None:
     daemon = run_case(tmp_path, point, "batch", {"batch": 16}, {})
     # one OOM at 16, then 8 (never 4: the halving is not applied twice)
@@ -81,7 +92,7 @@ def test_halved_batch_is_applied_exactly_once(tmp_path: Path, point: str) -> Non
     applied_once(daemon, tmp_path, starts, {"batch": 8})
 
 
-@pytest.mark.parametrize("point", END_POINTS)
+@pytest.mark.parametrize("point", some_slow(END_POINTS, {"attempt_end:3", "attempt_end:commit"}))
 def test_fallback_to_the_cpu_is_applied_exactly_once(tmp_path: Path, point: str) -> None:
     # RSUP_FAKE_GPUS: a test double for one GPU that is not here (index 0)
     env = {"RSUP_FAKE_GPUS": "0"}

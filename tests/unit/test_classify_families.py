@@ -1020,6 +1020,45 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
             "UnknownError:  ncclCommInitRank failed: unhandled system error",
             C.NCCL_DISTRIBUTED,
         ),
+        # c10 frees an event on a context a kernel's fault already lost
+        (
+            "Warning: CUDA warning: an illegal memory access was encountered (function "
+            "destroyEvent)",
+            C.GPU_MEMORY_FAULT,
+        ),
+        # a spawned worker cannot find a function defined inside another one
+        (
+            "AttributeError: Can't get local object 'main.<locals>.worker_init_fn'",
+            C.DATALOADER_WORKER,
+        ),
+        # cuBLAS cannot run the operation on this device (a translation layer, an old card)
+        (
+            "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling "
+            "`cublasLtMatmulAlgoGetHeuristic( ltHandle, computeDesc.descriptor(), ...)`",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "RuntimeError: Unknown backend rocm. Available backends are ['cpu']",
+            C.HIP_RUNTIME_INIT,
+        ),
+        # torch_xla on a TPU: device memory too fragmented or too small
+        (
+            "2021-11-10 17:01:24.065497: W tensorflow/core/framework/op_kernel.cc:1692] "
+            "OP_REQUIRES failed at tpu_execute_op.cc:266 : Resource exhausted: Attempting to "
+            "reserve 5.88G at the bottom of memory. That was not possible.",
+            C.OOM,
+        ),
+        # the C++ stack of an exception the NCCL watchdog thread threw
+        (
+            "frame #3: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x119 (0x7f65160c9e79 in "
+            "/venv/lib/python3.10/site-packages/torch/lib/libtorch_cuda.so)",
+            C.NCCL_DISTRIBUTED,
+        ),
+        (
+            "Exception raised from ncclCommWatchdog at /opt/conda/conda-bld/pytorch/work/torch/"
+            "csrc/distributed/c10d/ProcessGroupNCCL.cpp:1418 (most recent call first):",
+            C.NCCL_DISTRIBUTED,
+        ),
         (
             "node5:240:240 [6] misc/socket.cc:533 NCCL WARN socketPollConnect: Connect to "
             "10.0.0.4<56849> returned 113(No route to host) errno 115",
@@ -1229,6 +1268,12 @@ def test_no_nvidia_driver_warned_alone_is_a_cpu_only_machine() -> None:
 
 
 def test_an_exception_whose_message_is_on_the_next_line_is_read_with_it() -> None:
+    bnb = (
+        "RuntimeError: \n"
+        "        CUDA Setup failed despite GPU being available. Please run the following "
+        "command to get more information:\n"
+    )
+    assert category(bnb) == C.HIP_RUNTIME_INIT
     assert_first = TRACEBACK + '  File "t.py", line 3, in <module>\n    torch.cuda.FloatTensor(1)\n'
     message = "Found no NVIDIA driver on your system. Please check that you\n"
     assert category(assert_first + "AssertionError: \n" + message) == C.HIP_RUNTIME_INIT
@@ -1257,6 +1302,13 @@ def test_messages_that_show_an_epoch_ran() -> None:
     # NaN in TensorFlow's wording names values gone bad, not a setup mistake
     nan = "InvalidArgumentError: Nan in summary histogram for: conv2d/kernel_0\n"
     assert category(stepped + nan) == C.UNKNOWN
+    # the older Lightning wording, and the Trainer's best-model metric at an evaluation
+    older = "MisconfigurationException: ModelCheckpoint(monitor='val_loss') not found in the "
+    assert category(stepped + older + "returned metrics: ['loss']\n") == C.UNKNOWN
+    best = "KeyError: \"The `metric_for_best_model` training argument is set to 'eval_loss', "
+    assert category(stepped + best + 'which is not found in the evaluation metrics."\n') == (
+        C.UNKNOWN
+    )
 
 
 def test_a_launchers_tag_before_each_line_is_read_past() -> None:
@@ -1357,6 +1409,12 @@ def test_a_lone_exception_line_counts_where_nothing_but_redraws_follow_it() -> N
     ):
         assert category(key + after) == C.NONE, after
     assert category("Epoch 5/10\n" + key + "Epoch 1/10\n") == C.NONE
+    # a bar at 0 shows nothing done: tqdm draws it so as the exception closes it
+    zero = "  0%|          | 0/3 [00:00<?, ?it/s]\n"
+    assert every_way("AttributeError: 'AdamW' object has no attribute 'train'\n" + zero) == {
+        (C.CONFIG_ERROR, 1)
+    }
+    assert category("Epoch 1/10\n" + key + "Epoch 2/10\n" + zero) == C.NONE
 
 
 def test_a_lone_exception_line_with_its_message_under_it() -> None:
