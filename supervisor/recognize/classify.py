@@ -71,6 +71,12 @@ last progress segment and the last epoch among the WINDOW lines before the failu
 traceback's first line, for an exception). A row first seen after the failure is noted and must
 then advance. Other fatal lines are never excused.
 
+A run that diverged: where the last training loss the output prints (on its last progress
+line, or among its last TAIL_LINES lines, once it has ended: a Keras row, "'loss': nan",
+"Loss is nan.", Paddle's "loss [ nan ...]") is NaN or infinite, the job ended `unknown`
+(signature `loss-not-finite-at-end`), ranked above the stop it leads to. A validation or test loss,
+a loss scale, or a loss that came back finite after it, is not a diverged run.
+
 A hang is silence, not a line; signs of it are read around the lines: a traceback (an
 interrupt) or a kill right after a bar reporting over 1000 s per iteration, the frames an
 interrupt found the job in (above), are `hang`.
@@ -115,9 +121,11 @@ from rsup.supervisor.recognize.inferred import (
     HIP_INIT_WARNING,
     IGNORED_BY_PYTHON,
     LOGGED_RETRY,
+    LOSS_NOT_FINITE,
     SANITY_FRAME,
     TRAINED_FRAME,
     Trace,
+    last_loss_finite,
     printed_only,
 )
 from rsup.supervisor.recognize.matcher import Matcher
@@ -278,6 +286,7 @@ class LiveClassifier(SkippedText):
             last += 1  # the output ends inside a line ("\r" redraws): the line after
         first = last - len(lines) + 1
         traced = set(self._traced) | set(self._signed)  # read as they came
+        self._read_last_loss(lines, first, traced, out)
         for at in range(max(0, len(lines) - TAIL_LINES), len(lines)):
             if first + at in traced:
                 continue
@@ -291,6 +300,23 @@ class LiveClassifier(SkippedText):
                 ):
                     self._add(sig, first + at, text_of(segment), None, out)
                 break  # one finding a line; none when the job went on past a survivable one
+
+    def _read_last_loss(
+        self, lines: list[bytes], first: int, read: set[int], out: list[Finding]
+    ) -> None:
+        """The last training loss printed among the last TAIL_LINES `lines` (the first
+        numbered `first`), outside tracebacks and lines a signature read: NaN or infinite,
+        the training had diverged (a progress row or a trainer's own line: "Loss is nan.")."""
+        for at in range(len(lines) - 1, max(0, len(lines) - TAIL_LINES) - 1, -1):
+            if first + at in read:
+                continue
+            for segment, body in reversed(list(_segments(lines[at]))):
+                finite = last_loss_finite(body)
+                if finite is None:
+                    continue
+                if not finite:
+                    self._add(LOSS_NOT_FINITE, first + at, text_of(segment), None, out)
+                return
 
     def _went_on_past(self, after: list[bytes], at: int, sig: Signature, read: set[int]) -> bool:
         """Whether the output went on after a survivable tail wording of `sig` (`after`: the

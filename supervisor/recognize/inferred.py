@@ -116,8 +116,8 @@ LOSS_NOT_FINITE = _built_in(
     C.INFERRED_LOSS_NOT_FINITE,
     C.UNKNOWN,
     re.compile(r"[Ll]oss"),
-    "The last progress line before the job ended prints the training loss as NaN or "
-    "infinite: the training had diverged.",
+    "The last training loss the job printed before it ended is NaN or infinite: the "
+    "training had diverged.",
     "Restart from the last checkpoint saved before the loss went NaN.",
     "Lower the learning rate, add gradient clipping, or check the data for bad samples; "
     "with AMP, check the loss scaler.",
@@ -128,6 +128,24 @@ LOSS_NOT_FINITE = _built_in(
 def loss_not_finite(segment: bytes) -> bool:
     """Whether a progress segment prints a training loss that is NaN or infinite."""
     return _training_loss(_LOSS_NOT_FINITE, segment)
+
+
+# A training loss read with its value, in the forms trainers print it: "loss: 0.41",
+# "'loss': nan", "loss=inf", "Loss is nan.", "loss [ nan 9.21 ...]", "loss:  tensor(nan, ...".
+_LOSS_READING = re.compile(
+    rb"\b(?:[Tt]rain(?:ing)?[ _])?[Ll]oss\b['\"]?(?:\s*[:=]\s*|\s+is\s+|\s+)?"
+    rb"(?:\[\s*|tensor\()?([-+]?(?:nan|NaN|NAN|inf|Inf)\b|[-+]?\d)"
+)
+
+
+def last_loss_finite(segment: bytes) -> bool | None:
+    """Whether the last training loss `segment` prints is finite; None when it prints none
+    (a validation or test loss is not one)."""
+    last = None
+    for m in _LOSS_READING.finditer(segment):
+        if not _NOT_TRAIN.search(segment, max(0, m.start() - 12), m.start()):
+            last = m
+    return None if last is None else last.group(1)[-1:].isdigit()
 
 
 # Exception messages only a job that trained can raise: a learning-rate schedule stepped

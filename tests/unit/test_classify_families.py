@@ -1602,6 +1602,40 @@ def test_a_run_whose_last_progress_line_prints_a_nan_loss_diverged() -> None:
     )
 
 
+def test_the_last_training_loss_printed_before_the_end_being_nan_is_a_diverged_run() -> None:
+    # Keras: the last row, cut off, prints no loss; the one before it printed nan
+    keras = (
+        "Epoch 4/5\n52/53 [============================>.] - ETA: 0s - loss: nan\n"
+        "Epoch 00004: val_loss did not improve from 213.78286\n"
+        "53/53 [==============================] - 34s 643ms/step - l"
+    )
+    assert every_way(keras) == {(C.UNKNOWN, 2)}
+    assert diagnose_text(keras, catalogue=shipped()).signature == C.INFERRED_LOSS_NOT_FINITE
+    # the forms trainers print it in, progress rows or not
+    for text in (
+        "Pass 0, batch 500, loss [     nan 9.211133      nan]\nPass 0 end, spent: 50.6\n",
+        "speechbrain.core - Loss is nan.\nParameter containing:\ntensor([[nan, nan]])\n",
+        "logits printed\nloss:  tensor(nan, device='mps:0', grad_fn=<NllLossBackward0>)\nX: 1\n",
+        "{'loss': nan, 'learning_rate': 9.7e-06, 'epoch': 0.53}\n",
+    ):
+        assert category(text) == C.UNKNOWN, text
+    # a loss that came back, a validation loss alone, another quantity, or none at all
+    for text in (
+        "step 3 loss: nan\nstep 4 loss: 0.52\ndone\n",
+        "Epoch 3/10 - loss: 0.41 - val_loss: nan\n",
+        "Attempted loss scale: inf, reducing to 32768\nstep 9 loss: 1.2\n",
+        "{'loss': 0.0, 'grad_norm': nan, 'epoch': 0.53}\n",
+        "cross_entropy: [nan]\n",
+    ):
+        assert category(text) == C.NONE, text
+    # TensorFlow's CheckNumerics op failing the step
+    check = (
+        "W tensorflow/core/common_runtime/executor.cc:1027] Compute status: Invalid argument: "
+        "ReluGrad input is not finite. : Tensor had NaN values\n"
+    )
+    assert category("step 2, training accuracy 0.14\n" + check) == C.UNKNOWN
+
+
 def test_a_file_a_recipe_needs_missing_at_the_end_is_a_config_error() -> None:
     said = "steps/make_fbank_pitch.sh: no such file data/char_eval/wav.scp\n"
     assert category("stage 1: Feature Generation\n" + said) == C.CONFIG_ERROR
