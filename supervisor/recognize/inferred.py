@@ -291,7 +291,7 @@ EVAL_FRAME = re.compile(
     r"(?:, in |\.py in )(?:evaluate\w*|validation_(?:step|loop|epoch\w*)"
     r"|val_(?:step|epoch|one_epoch)|valid_(?:step|epoch|one_epoch)"
     r"|eval_(?:step|epoch|one_epoch)|evaluation_(?:step|loop|epoch\w*)"
-    r"|_evaluate_predictions_on_\w+|_(?:segm|det|proposal)2json|results2json"
+    r"|_evaluate_predictions_on_\w+|_(?:segm|det|proposal)2json|results2json|_eval_with_loader"
     r"|(?:COCO\.)?loadRes)\b"
 )
 # An exception line saying a file, folder or module is missing.

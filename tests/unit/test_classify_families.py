@@ -99,6 +99,8 @@ def test_frames_that_run_only_after_training_make_an_unknown_exception_unknown()
 
 
 def test_evaluation_and_metric_frames_show_the_model_had_trained() -> None:
+    paddle = TRACEBACK + '  File "/ppdet/engine/trainer.py", line 370, in _eval_with_loader\n'
+    assert category(paddle + "IndexError: list index out of range\n") == C.UNKNOWN
     coco = '  File "mmdet/datasets/coco.py", line 259, in _segm2json\n'
     assert category(TRACEBACK + coco + "IndexError: list index out of range\n") == C.UNKNOWN
     auc = '  File "/env/lib/python3.6/site-packages/sklearn/metrics/ranking.py", line 356, in x\n'
@@ -274,6 +276,14 @@ def test_an_unknown_exception_in_torchs_cuda_lazy_init_is_the_runtime() -> None:
             "(UR_RESULT_ERROR_DEVICE_LOST)",
             C.GPU_MEMORY_FAULT,
         ),
+        ("GGML_ASSERT: ggml-alloc.c:116: tensor->data == NULL", C.SEGFAULT_ABORT),
+        ("src/tcmalloc.cc:332] Attempt to free invalid pointer 0x7ffdb8479460", C.SEGFAULT_ABORT),
+        (
+            "Failed to connect to client mesh master: heap-base.europe-west4-a.c.x.internal:52997",
+            C.NCCL_DISTRIBUTED,
+        ),
+        ("No OpenCL device found", C.HIP_RUNTIME_INIT),  # LightGBM's GPU learner
+        ("  what():  dpcppSetDevice: device_id is out of range", C.HIP_RUNTIME_INIT),
     ],
 )
 def test_last_lines_without_a_trigger_word(line: str, expected: str) -> None:
@@ -298,6 +308,9 @@ def test_the_line_above_a_native_abort_is_read_for_what_the_program_reported() -
         "device 2. Total memory: 12799574016, Free: 21430272, dev_info[2]: total=12799574016\n"
     )
     assert every_way(caffe + stack) == {(C.OOM, 1)}
+    # TensorFlow's GPU event poller found an event that failed
+    event = "F0000 00:00:1755.1 1 device_event_mgr.cc:226] Unexpected Event status: 1\n"
+    assert every_way(event + stack) == {(C.GPU_MEMORY_FAULT, 1)}
     # a line above that names nothing leaves the abort what it is
     assert category("F0729 12:58:37.2 109 a.cc:5] x\n" + stack) == C.SEGFAULT_ABORT
 
@@ -376,6 +389,24 @@ def test_a_tie_goes_to_the_earliest_line() -> None:
         "available for execution on the device\n*** Check failure stack trace: ***\n"
     )
     assert every_way(tail + "Loading\n" + fatal) == {(C.HIP_RUNTIME_INIT, 1)}
+
+
+def test_paddles_cross_entropy_given_a_class_its_head_does_not_have() -> None:
+    line = (
+        "Error: /paddle/paddle/phi/kernels/gpu/cross_entropy_kernel.cu:1008 Assertion `false` "
+        "failed. The value of label expected >= 0 and < 7, or == -100, but got 16.\n"
+    )
+    assert every_way(line) == {(C.CONFIG_ERROR, 1)}
+
+
+def test_a_spawned_child_that_found_nothing_to_load_is_a_worker_failure() -> None:
+    child = (
+        TRACEBACK + '  File "<string>", line 1, in <module>\n'
+        '  File "C:\\py\\lib\\multiprocessing\\spawn.py", line 126, in _main\n'
+        "    self = reduction.pickle.load(from_parent)\n"
+        "EOFError: Ran out of input\n"
+    )
+    assert category(child) == C.DATALOADER_WORKER
 
 
 def test_a_worker_crash_the_training_goes_on_after_was_lived_through() -> None:
@@ -1047,6 +1078,17 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
             "OP_REQUIRES failed at tpu_execute_op.cc:266 : Resource exhausted: Attempting to "
             "reserve 5.88G at the bottom of memory. That was not possible.",
             C.OOM,
+        ),
+        # thrust's exception from a kernel that faulted, under "terminate called"
+        (
+            "  what():  /src/predictor/gpu_predictor.cu(322): unspecified launch failure",
+            C.GPU_MEMORY_FAULT,
+        ),
+        # Windows: 0xC0000094, an integer division by zero in native code
+        (
+            "torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with exit "
+            "code 3221225620",
+            C.SEGFAULT_ABORT,
         ),
         # the C++ stack of an exception the NCCL watchdog thread threw
         (
