@@ -283,6 +283,10 @@ def test_an_unknown_exception_in_torchs_cuda_lazy_init_is_the_runtime() -> None:
             C.NCCL_DISTRIBUTED,
         ),
         ("No OpenCL device found", C.HIP_RUNTIME_INIT),  # LightGBM's GPU learner
+        (
+            "Could not locate zlibwapi.dll. Please make sure it is in your library path!",
+            C.HIP_RUNTIME_INIT,
+        ),
         ("  what():  dpcppSetDevice: device_id is out of range", C.HIP_RUNTIME_INIT),
     ],
 )
@@ -1078,6 +1082,21 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
             "OP_REQUIRES failed at tpu_execute_op.cc:266 : Resource exhausted: Attempting to "
             "reserve 5.88G at the bottom of memory. That was not possible.",
             C.OOM,
+        ),
+        (
+            "libc++abi: terminating due to uncaught exception of type std::runtime_error: "
+            "[METAL] Command buffer execution failed: Internal Error (0000000e:Internal Error)",
+            C.GPU_MEMORY_FAULT,
+        ),
+        (
+            "Exception: Skipped 50 iterations in a row due to Overflow - Exiting training.",
+            C.UNKNOWN,
+        ),
+        # Ultralytics asked for a GPU that torch cannot see (a CPU build, no driver)
+        (
+            "ValueError: Invalid CUDA 'device=0' requested. Use 'device=cpu' or pass valid CUDA "
+            "device(s) if available, i.e. 'device=0' or 'device=0,1,2,3' for Multi-GPU.",
+            C.HIP_RUNTIME_INIT,
         ),
         # thrust's exception from a kernel that faulted, under "terminate called"
         (
