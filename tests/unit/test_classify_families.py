@@ -403,6 +403,18 @@ def test_paddles_cross_entropy_given_a_class_its_head_does_not_have() -> None:
     assert every_way(line) == {(C.CONFIG_ERROR, 1)}
 
 
+def test_the_web_uis_launch_check_that_torch_sees_a_gpu() -> None:
+    text = (
+        TRACEBACK + '  File "launch.py", line 38, in <module>\n'
+        "RuntimeError: Error running command.\n"
+        'Command: "/sd/venv/bin/python3" -c "import torch; assert torch.cuda.is_available(), '
+        "'Torch is not able to use GPU; add --skip-torch-cuda-test to COMMANDLINE_ARGS "
+        "variable to disable this check'\"\n"
+        "Error code: 1\nstdout: <empty>\nstderr: Traceback (most recent call last):\n"
+    )
+    assert category(text) == C.HIP_RUNTIME_INIT
+
+
 def test_a_spawned_child_that_found_nothing_to_load_is_a_worker_failure() -> None:
     child = (
         TRACEBACK + '  File "<string>", line 1, in <module>\n'
