@@ -153,18 +153,20 @@ def _bar(segment: bytes, bracket: int, epoch: int | None, epochs: int | None) ->
 
 def redraw(mark: Mark, marks: Marks) -> bool:
     """Whether `mark` shows nothing new past `marks`: the same epoch and no higher count on a
-    row already seen, a row at 0 (nothing done on it: tqdm draws a bar so as the exception
-    that ended the program closes it), or, when no row was seen, a bar at its total (the
-    last redraw tqdm prints as it closes). A row first seen otherwise, or another epoch, is
-    output going on."""
+    row already seen, or, when no row was seen, a bar at its total (the last redraw tqdm
+    prints as it closes) or a bar at 0 that shows no epoch (tqdm draws one so as the
+    exception that ended the program closes it). A row first seen otherwise, or another
+    epoch, is output going on."""
     another_epoch = mark.epoch is not None and mark.epoch != marks.epoch
     if another_epoch and (marks.epoch is not None or mark.key is None):
         return False
     if mark.key is None or mark.n is None:
         return mark.epoch is not None and mark.epoch == marks.epoch
     seen = marks.counters.get(mark.key)
-    if seen is not None or mark.n == 0:
-        return mark.n <= (seen or 0)
+    if seen is not None:
+        return mark.n <= seen
+    if not marks.counters and mark.n == 0 and mark.epoch is None and not mark.worded:
+        return mark.key.startswith(b"/")  # a bar ("0/3"), not a worded counter
     return not marks.counters and mark.key == b"/%d" % mark.n
 
 

@@ -47,10 +47,11 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   ending in Error or Exception, outside any traceback) is the exception line of a traceback
   whose frames were not printed or not copied, and counts as one where the output ends with it,
   its message's indented lines, or redraws of a row (the same count again, or the one bar tqdm
-  closes at its total as the program exits); indented with its frames (a poster indented the
-  whole log), it is heard as a frame. Under Hydra's `Error executing job with overrides: [...]`
-  any exception line (`omegaconf.errors.MissingMandatoryValue: ...`) is one: Hydra prints the
-  exception that ended the job so, without its frames, and a hint line after it.
+  closes as the program exits: at its total, or at 0 without an epoch); indented with its
+  frames (a poster indented the whole log), it is heard as a frame. Under Hydra's `Error
+  executing job with overrides: [...]` any exception line (`omegaconf.errors.
+  MissingMandatoryValue: ...`) is one: Hydra prints the exception that ended the job so,
+  without its frames, and a hint line after it.
 - A cut-off traceback (the excerpt starts inside its frames, or ends before its exception line)
   still counts: by its exception line when present; else by the exception class a notebook
   header named; else by the deepest frame a `scope: frame` signature knows (`rebuild_storage_fd`
@@ -180,6 +181,23 @@ class Orphan(NamedTuple):
     chain: int | None = None
 
 
+def _end_of(region: bytes) -> bytes:
+    """The last LAST_BYTES of `region` (which ends with a terminator) with each segment over
+    HEAD + TAIL bytes cut, as one that comes in pieces is (_hold): the end of the output reads
+    the same however it was fed."""
+    probe = region[-(LAST_BYTES + HEAD + TAIL + 1) :]
+    if max(map(len, probe.replace(b"\r", b"\n").split(b"\n"))) <= HEAD + TAIL:
+        return region[-LAST_BYTES:]
+    parts: list[bytes] = []
+    size, end = 0, len(region)
+    while end > 0 and size < LAST_BYTES:
+        stop = end - 1  # region[stop] is the segment's terminator
+        start = max(region.rfind(b"\n", 0, stop), region.rfind(b"\r", 0, stop)) + 1
+        parts.append(cut(region[start:stop]) + region[stop:end])
+        size, end = size + len(parts[-1]), start
+    return b"".join(reversed(parts))[-LAST_BYTES:]
+
+
 def _segments(line: bytes) -> Iterator[tuple[bytes, bytes]]:
     """The segments of a line that are not blank ("\\r" redraws), each with its text as the
     classifier reads it (cut, past a launcher's tag)."""
@@ -215,7 +233,9 @@ class LiveClassifier(SkippedText):
         self._segment_before = b""  # the segment before the one being read, on its line
         self._prev_line = b""  # the last line of the region before, for the line above
         self._prev_line_no = 0  # its number
-        self._last_bytes = b""  # the end of the output so far, for `scope: tail` signatures
+        # the end of the output so far (its overlong segments cut, as they are when they come
+        # in pieces), for `scope: tail` signatures and the last loss printed
+        self._last_bytes = b""
         self._last_line = 0  # the number of its last complete line
         self._traced: deque[int] = deque(maxlen=4 * TAIL_LINES)  # lines read in tracebacks
         self._signed: deque[int] = deque(maxlen=4 * TAIL_LINES)  # lines a line signature read
@@ -314,7 +334,9 @@ class LiveClassifier(SkippedText):
                 finite = last_loss_finite(body)
                 if finite is None:
                     continue
-                if not finite:
+                if finite:
+                    self._loss_back_at = first + at  # a NaN loss before it came back
+                else:
                     self._add(LOSS_NOT_FINITE, first + at, text_of(segment), None, out)
                 return
 
@@ -377,9 +399,8 @@ class LiveClassifier(SkippedText):
         if tail:  # the last line that is not blank, for the line above
             self._prev_line = tail[tail.rfind(b"\n") + 1 :][-4096:]
             self._prev_line_no = self._lines + 1 - region.count(b"\n", len(tail))
-        if self._matcher.tail_sigs:
-            self._last_bytes = (self._last_bytes + region[-LAST_BYTES:])[-LAST_BYTES:]
-            self._last_line = self._lines
+        self._last_bytes = (self._last_bytes + _end_of(region))[-LAST_BYTES:]
+        self._last_line = self._lines
 
     def _line(self, region: bytes, pos: int, out: list[Finding]) -> int:
         """Classify the segments of the line at `pos`; return where the next line starts."""
@@ -510,8 +531,8 @@ class LiveClassifier(SkippedText):
     def _went_on(self, text: bytes) -> bool:
         """Whether output went on after the pending lone exception line: any line but a
         redraw of a progress row (advance.redraw: the same count again, or the one bar tqdm
-        closes at its total as the program exits), or, under an exception line whose message
-        began on the line under it, an indented line (more of that message)."""
+        closes as the program exits, at its total or at 0), or, under an exception line whose
+        message began on the line under it, an indented line (more of that message)."""
         assert self._orphan is not None
         marks, message_under = self._orphan.marks, self._orphan.message_under
         for piece in text.splitlines():

@@ -80,9 +80,14 @@ TRANSIENT = re.compile(
     r"|[Dd]eadline [Ee]xceeded|DEADLINE_EXCEEDED"
 )
 # A training loss printed on a progress line ("Epoch: 1, train loss: 0.69"): a step was
-# taken. Not a validation or test loss.
+# taken. Not a validation, test or dev loss ("val_loss", "eval/loss", "val. loss", "Test set:
+# Average loss"), nor a best or minimum one kept for comparison ("best loss: inf").
 _LOSS = re.compile(rb"\b(?:[Tt]rain(?:ing)?[ _])?[Ll]oss\b\s*[:=]?\s*\d")
-_NOT_TRAIN = re.compile(rb"(?:[Vv]al(?:id(?:ation)?)?|[Ee]val|[Tt]est)[ _]?$")
+_NOT_TRAIN = re.compile(
+    rb"(?:(?:[Vv]al(?:id(?:ation)?)?|[Ee]val|[Tt]est|[Dd]ev|[Bb]est|[Mm]in)[ _/.]*"
+    rb"|(?:[Tt]est|[Vv]alid(?:ation)?|[Ee]val\w*) set: (?:[Aa]verage )?)$"
+)
+_BEFORE = 24  # bytes before a loss in which _NOT_TRAIN is looked for
 
 
 # A segment showing an epoch that says the epoch is over ("Epoch 1 of 30 took 28.3s").
@@ -102,7 +107,7 @@ def trains_by_loss(segment: bytes, epoch: int | None = None) -> bool:
 def _training_loss(loss: re.Pattern[bytes], segment: bytes) -> bool:
     """Whether `loss` matches in `segment` where no validation or test word precedes it."""
     return any(
-        not _NOT_TRAIN.search(segment, max(0, m.start() - 12), m.start())
+        not _NOT_TRAIN.search(segment, max(0, m.start() - _BEFORE), m.start())
         for m in loss.finditer(segment)
     )
 
@@ -140,10 +145,10 @@ _LOSS_READING = re.compile(
 
 def last_loss_finite(segment: bytes) -> bool | None:
     """Whether the last training loss `segment` prints is finite; None when it prints none
-    (a validation or test loss is not one)."""
+    (a validation, test, dev or best loss is not one: see _NOT_TRAIN)."""
     last = None
     for m in _LOSS_READING.finditer(segment):
-        if not _NOT_TRAIN.search(segment, max(0, m.start() - 12), m.start()):
+        if not _NOT_TRAIN.search(segment, max(0, m.start() - _BEFORE), m.start()):
             last = m
     return None if last is None else last.group(1)[-1:].isdigit()
 

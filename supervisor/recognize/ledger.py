@@ -57,6 +57,7 @@ class FailureLedger:
         self._stall_told = 0  # line of the stalled bar last reported
         self._distributed = False  # rank prefixes or distributed frames were seen
         self._gpu_init_warned = False  # torch warned the GPU runtime did not start
+        self._loss_back_at = 0  # the line of the last training loss read finite at the end
 
     def note_progress(self) -> None:
         """The job made progress (a heartbeat): survivable failures so far were lived through,
@@ -69,8 +70,10 @@ class FailureLedger:
     def verdict(self) -> Diagnosis:
         """The root cause among the failures seen so far; category "none" when there is none."""
         active = [h for h in self._hits if h.active]
-        if self._last and loss_not_finite(self._last[2]):  # the run ended diverged
-            line, _, segment = self._last
+        last = self._last
+        # the run ended diverged: its last progress line's loss, not read finite after it
+        if last and loss_not_finite(last[2]) and self._loss_back_at <= last[0]:
+            line, _, segment = last
             found = Finding(LOSS_NOT_FINITE.id, C.UNKNOWN, line, text_of(segment))
             active.append(Hit(found, LOSS_NOT_FINITE, LOSS_NOT_FINITE.priority, None, False))
         if not active:

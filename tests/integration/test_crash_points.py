@@ -74,8 +74,10 @@ def applied_once(
 
 
 def some_slow(points: list[str], quick: set[str]) -> list[object]:
-    """`points` as parameters, those outside `quick` marked slow: `make test` crashes at the
-    decision's own writes and the commits; `make slow` (CI, after it) at every write."""
+    """`points` as parameters, those outside `quick` marked slow: `make test` crashes at a
+    few writes of each transaction (the first, one in the middle, the last, the commit);
+    `make slow` (CI, after it) at every write."""
+    assert quick <= set(points), quick - set(points)
     return [p if p in quick else pytest.param(p, marks=pytest.mark.slow) for p in points]
 
 
