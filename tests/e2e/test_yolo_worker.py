@@ -177,6 +177,7 @@ def kill_at_epoch_2(root: Path, data: Path, start: Callable[..., Worker]) -> Wor
     return first
 
 
+@pytest.mark.slow  # test_yolo_rsup.py's kill and OOM drills resume so under rsupd in `make test`
 def test_kill_drill_then_resume_with_new_batch(
     data_yaml: Path, tmp_path: Path, start: Callable[..., Worker]
 ) -> None:

@@ -75,7 +75,7 @@ def applied_once(
 
 def some_slow(points: list[str], quick: set[str]) -> list[object]:
     """`points` as parameters, those outside `quick` marked slow: `make test` crashes at a
-    few writes of each transaction (the first, one in the middle, the last, the commit);
+    few writes (the first and the last of an attempt's end, a move's and an end's commit);
     `make slow` (CI, after it) at every write."""
     assert quick <= set(points), quick - set(points)
     return [p if p in quick else pytest.param(p, marks=pytest.mark.slow) for p in points]
@@ -83,9 +83,7 @@ def some_slow(points: list[str], quick: set[str]) -> list[object]:
 
 @pytest.mark.parametrize(
     "point",
-    some_slow(END_POINTS + MOVE_POINTS,
-              {"attempt_end:1", "attempt_end:3", "attempt_end:6", "attempt_end:commit",
-               "move:1", "move:commit"}),
+    some_slow(END_POINTS + MOVE_POINTS, {"attempt_end:1", "attempt_end:6", "move:commit"}),
 )  # fmt: skip
 def test_halved_batch_is_applied_exactly_once(tmp_path: Path, point: str) -> None:
     daemon = run_case(tmp_path, point, "batch", {"batch": 16}, {})
@@ -94,7 +92,7 @@ def test_halved_batch_is_applied_exactly_once(tmp_path: Path, point: str) -> Non
     applied_once(daemon, tmp_path, starts, {"batch": 8})
 
 
-@pytest.mark.parametrize("point", some_slow(END_POINTS, {"attempt_end:3", "attempt_end:commit"}))
+@pytest.mark.parametrize("point", some_slow(END_POINTS, {"attempt_end:commit"}))
 def test_fallback_to_the_cpu_is_applied_exactly_once(tmp_path: Path, point: str) -> None:
     # RSUP_FAKE_GPUS: a test double for one GPU that is not here (index 0)
     env = {"RSUP_FAKE_GPUS": "0"}

@@ -4,7 +4,7 @@ A row names the fault, the outcome it must have (job state, attempts, no survivi
 process, nothing lost that had been written) and checks it; the module prints every
 row's result as one table when it ends. Rows that need no daemon of their own share one.
 
-    RSUP_FM_CYCLES=N   start/stop cycles of the `start-stop-cycles` row (default 100); the
+    RSUP_FM_CYCLES=N   start/stop cycles of the `start-stop-cycles` row (default 30); the
                        `start-stop-1000` row (marked slow, out of `make test`) runs 1,000
 """
 
@@ -41,7 +41,7 @@ JOB = FIXTURES / "fm_job.py"
 FAST = {"restart": {"backoff": {"initial": 0.2, "factor": 1, "max": 0.2}, "max_attempts": 3}}
 NOBODY = 65534
 MIB = 1024 * 1024
-CYCLES = int(os.environ.get("RSUP_FM_CYCLES", "100"))
+CYCLES = int(os.environ.get("RSUP_FM_CYCLES", "30"))
 PROMPT = 2.0  # seconds: an answer slower than this, on a busy 2-core box, is not prompt
 FLOOD_ANSWER = 5.0  # a flood is classified in 256 KiB slices between requests; headroom for CI load
 
