@@ -112,11 +112,6 @@ def _training_loss(loss: re.Pattern[bytes], segment: bytes) -> bool:
     )
 
 
-# A training loss printed as NaN or infinite ("loss: nan", "'loss': inf"). On the last
-# progress line of the output, the training had diverged: every step after it was wasted.
-_LOSS_NOT_FINITE = re.compile(
-    rb"\b(?:[Tt]rain(?:ing)?[ _])?[Ll]oss\b['\"]?\s*[:=]?\s*\[?\s*[-+]?(?:nan|NaN|NAN|inf|Inf)\b"
-)
 LOSS_NOT_FINITE = _built_in(
     C.INFERRED_LOSS_NOT_FINITE,
     C.UNKNOWN,
@@ -128,11 +123,6 @@ LOSS_NOT_FINITE = _built_in(
     "with AMP, check the loss scaler.",
     priority=CATEGORY_PRIORITY[C.KILLED] + 1,  # outranks the stop it leads to
 )
-
-
-def loss_not_finite(segment: bytes) -> bool:
-    """Whether a progress segment prints a training loss that is NaN or infinite."""
-    return _training_loss(_LOSS_NOT_FINITE, segment)
 
 
 # A training loss read with its value, in the forms trainers print it: "loss: 0.41",
@@ -151,6 +141,12 @@ def last_loss_finite(segment: bytes) -> bool | None:
         if not _NOT_TRAIN.search(segment, max(0, m.start() - _BEFORE), m.start()):
             last = m
     return None if last is None else last.group(1)[-1:].isdigit()
+
+
+def loss_not_finite(segment: bytes) -> bool:
+    """Whether the last training loss a progress segment prints is NaN or infinite: on the
+    last progress line of the output, the training had diverged."""
+    return last_loss_finite(segment) is False
 
 
 # Exception messages only a job that trained can raise: a learning-rate schedule stepped
