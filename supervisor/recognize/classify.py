@@ -127,6 +127,7 @@ from rsup.supervisor.recognize.inferred import (
     TRAINED_FRAME,
     Trace,
     last_loss_finite,
+    names_saved_file,
     printed_only,
 )
 from rsup.supervisor.recognize.matcher import Matcher
@@ -633,7 +634,7 @@ class LiveClassifier(SkippedText):
                     self._orphan = Orphan(body, shown, line, seen, True, trace, chain)
                 return
             if is_failure_exception(text) and not harmless:
-                trained = trace.trained_for(body) if trace else False
+                trained = (trace.trained_for(body) if trace else False) or names_saved_file(body)
                 self._unknown_exception(text, line, shown, chain, marks, trained)
 
     def _end_trace(self, out: list[Finding]) -> None:

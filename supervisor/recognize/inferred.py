@@ -294,6 +294,14 @@ EVAL_FRAME = re.compile(
     r"|eval_(?:step|epoch|one_epoch)|evaluation_(?:step|loop|epoch\w*)"
     r"|_evaluate_predictions_on_\w+|_(?:segm|det|proposal)2json|results2json|_eval_with_loader"
     r"|(?:COCO\.)?loadRes)\b"
+    r'|[/\\](?:\w+_)?evaluator\.py", line \d+, in (?!__init__\b)'
+)
+# A file a run writes only once it has trained: a checkpoint numbered by its epoch, step or
+# iteration (`epoch_1.pth`, `iter_8000.pth`, `checkpoint-500`). An exception that names one
+# and does not say it is missing (loading one to resume fails so) came at a save.
+SAVED_FILE = re.compile(
+    rb"\b(?:epoch|iter|iteration|step|ckpt)[_-]?\d+\.(?:pth|pt|ckpt|h5|keras|bin|safetensors)\b"
+    rb"|\bcheckpoint-\d+\b"
 )
 # An exception line saying a file, folder or module is missing.
 MISSING = re.compile(
@@ -350,3 +358,9 @@ class Trace:
         if self.trained:
             return True
         return self.evaluating and not self.sanity and not MISSING.search(exception)
+
+
+def names_saved_file(exception: bytes) -> bool:
+    """Whether an exception line no signature knows names a checkpoint the run saved
+    (SAVED_FILE) without saying it is missing: it was raised at a save, after training."""
+    return SAVED_FILE.search(exception) is not None and MISSING.search(exception) is None

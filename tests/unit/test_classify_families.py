@@ -113,6 +113,32 @@ def test_evaluation_and_metric_frames_show_the_model_had_trained() -> None:
     )
     one = "ValueError: Expected more than 1 value per channel when training, got input size [1]"
     assert category(TRACEBACK + one + "\n") == C.UNKNOWN
+    # a training script's own evaluator module, called from its train()
+    evaluator = '  File "g:\\YOLOv4\\eval\\evaluator.py", line 127, in __predict\n'
+    unpack = "ValueError: not enough values to unpack (expected 3, got 0)\n"
+    assert category(TRACEBACK + evaluator + unpack) == C.UNKNOWN
+    # pycocotools told predictions that name images its annotations do not hold
+    coco_set = "AssertionError: Results do not correspond to current coco set\n"
+    assert category(coco_set) == C.UNKNOWN
+    # an evaluator's constructor is setup, like any other
+    built = '  File "/x/coco_evaluator.py", line 40, in __init__\n'
+    assert category(TRACEBACK + built + "KeyError: 'ann_file'\n") == C.CONFIG_ERROR
+
+
+def test_an_exception_naming_a_numbered_checkpoint_came_at_a_save() -> None:
+    symlink = (
+        "OSError: [Errno 95] Operation not supported: 'epoch_1.pth' -> "
+        "'/content/gdrive/My Drive/checkpoints/epoch_1.pth'\n"
+    )
+    assert category(TRACEBACK + symlink) == C.UNKNOWN
+    assert category(TRACEBACK + "PermissionError: [Errno 13] denied: 'out/checkpoint-500'\n") == (
+        C.UNKNOWN
+    )
+    # one that is missing is a resume pointed at the wrong place: setup
+    resume = "FileNotFoundError: [Errno 2] No such file or directory: 'runs/epoch_10.pth'\n"
+    assert category(TRACEBACK + resume) == C.CONFIG_ERROR
+    # a file name without a number says nothing of a save
+    assert category(TRACEBACK + "OSError: [Errno 95] unsupported: 'best.pth'\n") == (C.CONFIG_ERROR)
 
 
 def test_degenerate_boxes_in_detr_box_code_are_a_diverged_run_not_a_setup_mistake() -> None:
@@ -288,10 +314,29 @@ def test_an_unknown_exception_in_torchs_cuda_lazy_init_is_the_runtime() -> None:
             C.HIP_RUNTIME_INIT,
         ),
         ("  what():  dpcppSetDevice: device_id is out of range", C.HIP_RUNTIME_INIT),
+        (
+            "Cuda failure 217 'peer access is not supported between these two devices'",
+            C.NCCL_DISTRIBUTED,
+        ),
     ],
 )
 def test_last_lines_without_a_trigger_word(line: str, expected: str) -> None:
     assert category("Epoch 2/10\n" + line + "\n") == expected
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Target -1 is out of bounds.",
+        " [Errno 2] No such file or directory: './train_data/train_rec_gt.txt'",
+        "Can't run without a checkpoint. Find and place a .ckpt or .safetensors file into any of "
+        "those locations. The program will exit.",
+    ],
+)
+def test_last_lines_without_a_trigger_word_that_are_setup_mistakes(line: str) -> None:
+    assert category("Loading data\n" + line + "\n") == C.CONFIG_ERROR
+    # after a training step, what stopped the run is no longer its setup
+    assert category("Epoch 2/10\n" + line + "\n") == C.UNKNOWN
 
 
 def test_the_line_above_a_native_abort_is_read_for_what_the_program_reported() -> None:
@@ -1054,6 +1099,11 @@ def test_an_exception_that_ended_a_thread_other_than_the_main_one() -> None:
         ),
         ("[ 2742.46] amdgpu 0000:2b:00.0: amdgpu: GPU reset begin!", C.GPU_MEMORY_FAULT),
         (
+            "[  603.02] [drm:amdgpu_device_ip_init [amdgpu]] *ERROR* hw_init of IP block <psp> "
+            "failed -22",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
             "RuntimeError: CUDA failed with error forward compatibility was attempted on non "
             "supported HW",
             C.HIP_RUNTIME_INIT,
@@ -1300,6 +1350,8 @@ def test_harmless_lines_that_name_a_family() -> None:
         "Setting SIGTERM handler for graceful shutdown",
         "[W socket.cpp:601] [c10d] The client socket has failed to connect to [::1]:29500",
         "UserWarning: CUDA error: the initialisation was retried",
+        "shutdown process 412854 via Signals.SIGINT, forcefully exiting via Signals.SIGKILL",
+        "MIOpen(HIP): Error [FlushUnsafe] File is unreadable: /home/u/.config/miopen//x.ufdb.txt",
     ):
         assert category("Epoch 2/10\n" + line + "\nEpoch 3/10\n") == C.NONE, line
         assert category(line + "\n") == C.NONE, line
