@@ -260,17 +260,19 @@ CONNECT_RETRY = _built_in(
 # What frames and the lines around a traceback tell (classify.py reads them).
 # Frames of the distributed layer: the job runs several processes that talk to each other.
 DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod)[/\\]")
-# Frames that only run once the job has trained: saving a checkpoint (torch.save included),
-# picking the best metric, epoch-end hooks (mmcv's evaluation hooks included), an evaluation
-# the training loop calls with its epoch ("self.evaluate(epoch, 'test')"), the end of training
-# (`on_train_end` hooks), reading the History that Keras' fit() returned once it finished
-# (`history.history['acc']`), a metric scikit-learn computes on predictions. An exception
-# under them is not a config error, even when the excerpt shows no progress. (EVAL_FRAME
-# below covers evaluation functions called without their epoch.)
+# Frames that only run once the job has trained: saving a checkpoint (torch.save included,
+# weights alone, an Accelerate state), picking the best metric, epoch-end hooks (mmcv's
+# evaluation hooks included), an evaluation the training loop calls with its epoch
+# ("self.evaluate(epoch, 'test')"), the end of training (`on_train_end` hooks), reading the
+# History that Keras' fit() returned once it finished (`history.history['acc']`), a metric
+# scikit-learn computes on predictions. An exception under them is not a config error, even
+# when the excerpt shows no progress. (EVAL_FRAME below covers evaluation functions called
+# without their epoch.)
 TRAINED_FRAME = re.compile(
     r'[/\\]torch[/\\]serialization\.py", line \d+, in _?save\b'
     r'|[/\\]\w*eval_hooks?\.py"'
     r"|(?:, in |\.py in )(?:_?save_checkpoint|_?save_model|save_pretrained|save_file|_tobytes"
+    r"|save_(?:\w+_)?weights|save_state"
     r"|_save_(?:topk|last)_checkpoint"
     r"|_determine_best_metric|_maybe_log_save_evaluate|(?:on_)?(?:validation|train|training)"
     r"_epoch_end|on_epoch_end|on_(?:train|fit)_end|after_(?:train|val)_epoch)\b"

@@ -22,6 +22,9 @@ FRAMES_MAX = 1000  # lines of one traceback's frames before it counts as cut off
 STRAYS_MAX = 4
 
 TB_HEADER = b"Traceback (most recent call last)"
+# PaddlePaddle's C++ stack, printed above its own error summary: no Python frames follow it,
+# and its error line ("InvalidArgumentError: ...") comes after other lines, read as they are
+NATIVE_HEADER = b"C++ " + TB_HEADER
 CHAIN_MARKERS = (
     b"During handling of the above exception",
     b"The above exception was the direct cause",
@@ -71,7 +74,7 @@ class Tracebacks:
     def step(self, body: bytes) -> str:
         """The role of this segment (with any rank prefix removed): plain, frame, exception."""
         self.started = self.cut = False
-        if TB_HEADER in body:
+        if TB_HEADER in body and NATIVE_HEADER not in body:
             chained = self.state == LINK or body.lstrip().startswith(b"Original ")
             self.cut = self.state == FRAMES
             self._open(chained)

@@ -138,7 +138,59 @@ def test_an_exception_naming_a_numbered_checkpoint_came_at_a_save() -> None:
     resume = "FileNotFoundError: [Errno 2] No such file or directory: 'runs/epoch_10.pth'\n"
     assert category(TRACEBACK + resume) == C.CONFIG_ERROR
     # a file name without a number says nothing of a save
-    assert category(TRACEBACK + "OSError: [Errno 95] unsupported: 'best.pth'\n") == (C.CONFIG_ERROR)
+    assert category(TRACEBACK + "OSError: [Errno 95] unsupported: 'best.pth'\n") == C.CONFIG_ERROR
+    # saving weights alone is a save too
+    lora = '  File "/db/diffusers/src/diffusers/loaders.py", line 1111, in save_lora_weights\n'
+    assert category(TRACEBACK + lora + "ValueError: invalid literal for int(): 'x'\n") == (
+        C.UNKNOWN
+    )
+
+
+def test_an_exception_where_dataloader_workers_start_is_the_workers_start() -> None:
+    parent = (
+        TRACEBACK + '  File "C:\\env\\lib\\site-packages\\torch\\utils\\data\\dataloader.py", '
+        "line 927, in __init__\n"
+        "    w.start()\n"
+        '  File "C:\\env\\lib\\multiprocessing\\reduction.py", line 60, in dump\n'
+        "    ForkingPickler(file, protocol).dump(obj)\n"
+        "AttributeError: Can't pickle local object 'hf_dataset.<locals>.pre_process'\n"
+    )
+    assert category(parent) == C.DATALOADER_WORKER
+    child = (
+        TRACEBACK + '  File "C:\\env\\lib\\multiprocessing\\spawn.py", line 126, in _main\n'
+        "    self = reduction.pickle.load(from_parent)\n"
+        "EOFError: Ran out of input\n"
+    )
+    assert category(child) == C.DATALOADER_WORKER
+    # the same exception saving a checkpoint is not the workers'
+    saving = TRACEBACK + SAVE_FRAMES + "AttributeError: Can't pickle local object 'f.<locals>.g'\n"
+    assert category(saving) == C.UNKNOWN
+
+
+def test_paddles_native_stack_and_its_termination_signal() -> None:
+    paddle = (
+        "--------------------------------------\n"
+        "C++ Traceback (most recent call last):\n"
+        "--------------------------------------\n"
+        "No stack trace in paddle, may be caused by external reasons.\n"
+        "----------------------\n"
+        "Error Message Summary:\n"
+        "----------------------\n"
+        "FatalError: `Termination signal` is detected by the operating system.\n"
+        "  [SignalInfo: *** SIGTERM (@0x7) received by PID 62 (TID 0x7f9f) from PID 7 ***]\n"
+    )
+    assert category(paddle) == C.KILLED
+    assert every_way(paddle) == {(C.KILLED, 8)}
+    # Paddle's own error line under its summary is read as any lone exception line
+    invalid = (
+        paddle.split("FatalError")[0] + "InvalidArgumentError: The shape of Input(X) is wrong\n"
+    )
+    assert category(invalid) == C.CONFIG_ERROR
+
+
+def test_arrow_running_out_of_ram_is_the_host() -> None:
+    arrow = TRACEBACK + "pyarrow.lib.ArrowMemoryError: malloc of size 64 failed\n"
+    assert category(arrow) == C.HOST_OOM
 
 
 def test_degenerate_boxes_in_detr_box_code_are_a_diverged_run_not_a_setup_mistake() -> None:
@@ -317,6 +369,31 @@ def test_an_unknown_exception_in_torchs_cuda_lazy_init_is_the_runtime() -> None:
         (
             "Cuda failure 217 'peer access is not supported between these two devices'",
             C.NCCL_DISTRIBUTED,
+        ),
+        (
+            "OOM when allocating tensor with shape[25088,4096] and type float on "
+            "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc [Op:Add]",
+            C.OOM,
+        ),
+        (
+            "OOM when allocating tensor with shape[25088,4096] and type float on "
+            "/job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu [Op:Add]",
+            C.HOST_OOM,
+        ),
+        (
+            "2021-07-13 22:54:35.547805: F tensorflow/core/common_runtime/dml/dml_adapter_impl.cc"
+            ":305] HRESULT failed with 0xd0000001: DXCoreCreateAdapterFactory(IID_PPV_ARGS(&f))",
+            C.HIP_RUNTIME_INIT,
+        ),
+        (
+            "[libprotobuf FATAL dml_command_recorder.cc:392] CHECK failed: ((((HRESULT)(("
+            "dml_device_->GetDeviceRemovedReason()))) >= 0)) == (true):",
+            C.GPU_MEMORY_FAULT,
+        ),
+        (
+            "(trainer:404) WARNING: The gradients at all steps are invalid in this epoch. "
+            "Something seems wrong. This training was stopped at 2epoch",
+            C.UNKNOWN,
         ),
     ],
 )
