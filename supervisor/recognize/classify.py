@@ -33,14 +33,20 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   program's own warning ("WARNING: ...") that output goes on after (one the output ends with
   ended the job, and is decided by what its frames showed). Its chained tracebacks read the
   same. Frames that run only
-  after training (torch.save, save_checkpoint, picking the best metric, epoch-end and evaluation
-  hooks, an evaluation called with the loop's epoch), a printed training loss, an epoch that
+  after training (torch.save, save_checkpoint, saving weights or an Accelerate state, picking
+  the best metric, epoch-end and evaluation hooks, an evaluation called with the loop's epoch),
+  an exception naming a numbered checkpoint it did not find missing (`'epoch_1.pth'`,
+  `checkpoint-500`: it was raised at a save), a printed training loss, an epoch that
   says it ended ("took 28 s"), a schedule stepped past its total ("Tried to step 60002
   times") and an epoch-end callback missing the metric it monitors ("ReduceLROnPlateau
   conditioned on metric val_loss which is not available") count as training done, for the
   exception they end in (config errors included). So does an evaluation frame (`evaluate`,
-  `validation_step`, `val_step`...) for an exception no signature knows, except in Lightning's
-  sanity check and for a file or module missing (an evaluation script of its own fails so).
+  `validation_step`, `val_step`, a method of a script's `evaluator.py` other than its
+  constructor...) for an exception no signature knows, except in Lightning's sanity check and
+  for a file or module missing (an evaluation script of its own fails so).
+- PaddlePaddle's "C++ Traceback (most recent call last):" opens no traceback: its native stack
+  and error summary are read as lines, and its error line (`InvalidArgumentError: ...`) as an
+  exception line standing alone.
 - An exception line with nothing after its colon (`AssertionError: `) is read with the line
   under it, where torch and others print the message.
 - An exception line standing alone at column 0 (`KeyError: 'boxes'`, a dotted or CamelCase name
