@@ -90,9 +90,11 @@ _NOT_TRAIN = re.compile(
 _BEFORE = 24  # bytes before a loss in which _NOT_TRAIN is looked for
 
 
-# A segment showing an epoch that says the epoch is over ("Epoch 1 of 30 took 28.3s").
+# A segment showing an epoch that says the epoch is over ("Epoch 1 of 30 took 28.3s", MXNet's
+# "Epoch[0] Time cost=410.3").
 _EPOCH_OVER = re.compile(
-    rb"\b[Ee]poch\s*\[?\d+(?:\s*(?:/|of)\s*\d+)?\]?\s*:?\s*(?:took|finished|completed?|done|ended)\b"
+    rb"\b[Ee]poch\s*\[?\d+(?:\s*(?:/|of)\s*\d+)?\]?\s*:?\s*(?:took|finished|completed?|done|ended"
+    rb"|Time cost=)"
 )
 
 
@@ -265,9 +267,9 @@ DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod
 # evaluation hooks included), an evaluation the training loop calls with its epoch
 # ("self.evaluate(epoch, 'test')"), the end of training (`on_train_end` hooks), reading the
 # History that Keras' fit() returned once it finished (`history.history['acc']`), a metric
-# scikit-learn computes on predictions. An exception under them is not a config error, even
-# when the excerpt shows no progress. (EVAL_FRAME below covers evaluation functions called
-# without their epoch.)
+# scikit-learn computes on predictions, a YOLOv5-style train.py validating its epoch
+# (`val.run(`). An exception under them is not a config error, even when the excerpt shows no
+# progress. (EVAL_FRAME below covers evaluation functions called without their epoch.)
 TRAINED_FRAME = re.compile(
     r'[/\\]torch[/\\]serialization\.py", line \d+, in _?save\b'
     r'|[/\\]\w*eval_hooks?\.py"'
@@ -279,19 +281,21 @@ TRAINED_FRAME = re.compile(
     r"|\b(?:\w+_)?(?:eval|evaluate|valid|validate|validation|test)(?:_\w+)?"
     r"\((?:[^()]*,\s*)?epoch\s*[,)]"
     r"|\bhistory\.history\["
+    r"|\b(?:val|validate)\.run\("
     r"|[/\\]sklearn[/\\]metrics[/\\]"
 )
-# A frame running an evaluation: `evaluate`, `evaluate_prediction`, `validation_step`,
-# `val_step`, `eval_one_epoch`... An evaluation runs a model that has trained: an exception
-# no signature knows, raised in it, is not a setup mistake. Except in Lightning's sanity check,
-# which runs validation_step before the first training step: a traceback that passes through
-# `_run_sanity_check` (SANITY_FRAME) is still read as before training. Not `validate` (setup
-# and libraries name their checks so: jsonschema, GenerationConfig.validate), nor a private
-# `_evaluate` (Hugging Face's Trainer evaluates before training with eval_on_start). COCO
-# evaluation turning a model's detections into results (`_segm2json`, `loadRes`; IPython
-# names the method with its class: `COCO.loadRes`) is one too.
+# A frame running an evaluation: `evaluate`, `evaluate_prediction`, `val`, `validation_step`,
+# `val_step`, `eval_one_epoch`, a method of a training script's `evaluator.py`... An
+# evaluation runs a model that has trained: an exception no signature knows, raised in it, is
+# not a setup mistake. Except in Lightning's sanity check, which runs validation_step before
+# the first training step: a traceback that passes through `_run_sanity_check` (SANITY_FRAME)
+# is still read as before training. Not `validate` (setup and libraries name their checks so:
+# jsonschema, GenerationConfig.validate), nor a private `_evaluate` (Hugging Face's Trainer
+# evaluates before training with eval_on_start). COCO evaluation turning a model's detections
+# into results (`_segm2json`, `loadRes`; IPython names the method with its class:
+# `COCO.loadRes`) is one too.
 EVAL_FRAME = re.compile(
-    r"(?:, in |\.py in )(?:evaluate\w*|validation_(?:step|loop|epoch\w*)"
+    r"(?:, in |\.py in )(?:evaluate\w*|val|validation_(?:step|loop|epoch\w*)"
     r"|val_(?:step|epoch|one_epoch)|valid_(?:step|epoch|one_epoch)"
     r"|eval_(?:step|epoch|one_epoch)|evaluation_(?:step|loop|epoch\w*)"
     r"|_evaluate_predictions_on_\w+|_(?:segm|det|proposal)2json|results2json|_eval_with_loader"

@@ -146,6 +146,18 @@ def test_an_exception_naming_a_numbered_checkpoint_came_at_a_save() -> None:
     )
 
 
+def test_validation_a_training_loop_runs_and_an_epoch_mxnet_timed_show_it_trained() -> None:
+    val = '  File "lib/core/trainer.py", line 209, in val\n    end_points = post(end_points)\n'
+    assert category(TRACEBACK + val + "KeyError: 'post_pred_score'\n") == C.UNKNOWN
+    yolo = '  File "train.py", line 347, in train\n    results, maps, _ = val.run(data_dict,\n'
+    assert category(TRACEBACK + yolo + "ValueError: not enough values to unpack\n") == (C.UNKNOWN)
+    timed = "2016-03-29 15:16:27,723 Epoch[0] Time cost=410.278\n"
+    assert category(timed + TRACEBACK + "ValueError: could not broadcast\n") == C.UNKNOWN
+    # a validation function of another name is not read as one ("val_data" is a value)
+    other = '  File "data.py", line 9, in val_data\n    return load(x)\n'
+    assert category(TRACEBACK + other + "KeyError: 'x'\n") == C.CONFIG_ERROR
+
+
 def test_an_exception_where_dataloader_workers_start_is_the_workers_start() -> None:
     parent = (
         TRACEBACK + '  File "C:\\env\\lib\\site-packages\\torch\\utils\\data\\dataloader.py", '
@@ -162,6 +174,13 @@ def test_an_exception_where_dataloader_workers_start_is_the_workers_start() -> N
         "EOFError: Ran out of input\n"
     )
     assert category(child) == C.DATALOADER_WORKER
+    notebook = (
+        "BrokenPipeError                           Traceback (most recent call last)\n"
+        "c:\\venv\\lib\\site-packages\\torch\\utils\\data\\dataloader.py in _get_iterator(self)\n"
+        "    293         else:\n"
+        "--> 294             return _MultiProcessingDataLoaderIter(self)\n"
+    )
+    assert category(notebook) == C.DATALOADER_WORKER
     # the same exception saving a checkpoint is not the workers'
     saving = TRACEBACK + SAVE_FRAMES + "AttributeError: Can't pickle local object 'f.<locals>.g'\n"
     assert category(saving) == C.UNKNOWN
@@ -186,6 +205,17 @@ def test_paddles_native_stack_and_its_termination_signal() -> None:
         paddle.split("FatalError")[0] + "InvalidArgumentError: The shape of Input(X) is wrong\n"
     )
     assert category(invalid) == C.CONFIG_ERROR
+
+
+def test_hydra_failing_to_build_what_its_config_names_is_setup() -> None:
+    hydra = (
+        "hydra.errors.InstantiationException: Error in call to target 'pkg.Model.from_pretrained'"
+        ":\nAttributeError(\"'DualARTransformer' object has no attribute 'output'\")\n"
+        "full_key: model.model\n"
+        "[2026-03-19 10:05:58,882][pkg.utils][INFO] - [rank: 0] Output dir: results/\n"
+        "Error executing job with overrides: ['project=']\n"
+    )
+    assert category(hydra) == C.CONFIG_ERROR
 
 
 def test_arrow_running_out_of_ram_is_the_host() -> None:
@@ -374,6 +404,11 @@ def test_an_unknown_exception_in_torchs_cuda_lazy_init_is_the_runtime() -> None:
             "OOM when allocating tensor with shape[25088,4096] and type float on "
             "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc [Op:Add]",
             C.OOM,
+        ),
+        (
+            "F0315 15:02:10.932755 32655 memcpy.cpp:38] Check failed: cudaMemcpyAsync(dst, src, "
+            "count, cudaMemcpyDefault, stream) : an illegal memory access was encountered (77)",
+            C.GPU_MEMORY_FAULT,
         ),
         (
             "OOM when allocating tensor with shape[25088,4096] and type float on "
