@@ -284,18 +284,18 @@ TRAINED_FRAME = re.compile(
     r"|\b(?:val|validate)\.run\("
     r"|[/\\]sklearn[/\\]metrics[/\\]"
 )
-# A frame running an evaluation: `evaluate`, `evaluate_prediction`, `val`, `validation_step`,
-# `val_step`, `eval_one_epoch`, a method of a training script's `evaluator.py`... An
-# evaluation runs a model that has trained: an exception no signature knows, raised in it, is
-# not a setup mistake. Except in Lightning's sanity check, which runs validation_step before
-# the first training step: a traceback that passes through `_run_sanity_check` (SANITY_FRAME)
-# is still read as before training. Not `validate` (setup and libraries name their checks so:
-# jsonschema, GenerationConfig.validate), nor a private `_evaluate` (Hugging Face's Trainer
-# evaluates before training with eval_on_start). COCO evaluation turning a model's detections
-# into results (`_segm2json`, `loadRes`; IPython names the method with its class:
-# `COCO.loadRes`) is one too.
+# A frame running an evaluation: `evaluate`, `Evaluation`, `evaluate_prediction`, `val`,
+# `validation_step`, `val_step`, `eval_one_epoch`, a method of a training script's
+# `evaluator.py`... An evaluation runs a model that has trained: an exception no signature
+# knows, raised in it, is not a setup mistake. Except in Lightning's sanity check, which runs
+# validation_step before the first training step: a traceback that passes through
+# `_run_sanity_check` (SANITY_FRAME) is still read as before training. Not `validate` (setup
+# and libraries name their checks so: jsonschema, GenerationConfig.validate), nor a private
+# `_evaluate` (Hugging Face's Trainer evaluates before training with eval_on_start). COCO
+# evaluation turning a model's detections into results (`_segm2json`, `loadRes`; IPython
+# names the method with its class: `COCO.loadRes`) is one too.
 EVAL_FRAME = re.compile(
-    r"(?:, in |\.py in )(?:evaluate\w*|val|validation_(?:step|loop|epoch\w*)"
+    r"(?:, in |\.py in )(?:evaluate\w*|Evaluat(?:e|ion)\w*|val|validation_(?:step|loop|epoch\w*)"
     r"|val_(?:step|epoch|one_epoch)|valid_(?:step|epoch|one_epoch)"
     r"|eval_(?:step|epoch|one_epoch)|evaluation_(?:step|loop|epoch\w*)"
     r"|_evaluate_predictions_on_\w+|_(?:segm|det|proposal)2json|results2json|_eval_with_loader"

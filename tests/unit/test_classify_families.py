@@ -151,6 +151,10 @@ def test_validation_a_training_loop_runs_and_an_epoch_mxnet_timed_show_it_traine
     assert category(TRACEBACK + val + "KeyError: 'post_pred_score'\n") == C.UNKNOWN
     yolo = '  File "train.py", line 347, in train\n    results, maps, _ = val.run(data_dict,\n'
     assert category(TRACEBACK + yolo + "ValueError: not enough values to unpack\n") == (C.UNKNOWN)
+    capital = '  File "src/eval.py", line 221, in Evaluation\n    y = float(h) / b[3]\n'
+    assert category(TRACEBACK + capital + "ZeroDivisionError: float division by zero\n") == (
+        C.UNKNOWN
+    )
     timed = "2016-03-29 15:16:27,723 Epoch[0] Time cost=410.278\n"
     assert category(timed + TRACEBACK + "ValueError: could not broadcast\n") == C.UNKNOWN
     # a validation function of another name is not read as one ("val_data" is a value)
