@@ -222,6 +222,19 @@ def test_hydra_failing_to_build_what_its_config_names_is_setup() -> None:
     assert category(hydra) == C.CONFIG_ERROR
 
 
+def test_dalis_pipeline_out_of_gpu_memory_and_a_policy_whose_std_diverged() -> None:
+    dali = "RuntimeError: Critical error in pipeline: CUDA allocation failed\n"
+    assert category(TRACEBACK + dali) == C.OOM
+    std = "RuntimeError: normal expects all elements of std >= 0.0\n"
+    assert category("Epoch 1/10\n" + TRACEBACK + std) == C.UNKNOWN
+    assert diagnose_text(TRACEBACK + std, catalogue=shipped()).signature == "loss-diverged"
+
+
+def test_clicks_unknown_command_indented_as_posted() -> None:
+    usage = "    Usage: main.py [OPTIONS] COMMAND [ARGS]...\n    Try 'main.py --help' for help.\n"
+    assert category(usage + "    \n    Error: No such command 'train_synth'.\n") == C.CONFIG_ERROR
+
+
 def test_arrow_running_out_of_ram_is_the_host() -> None:
     arrow = TRACEBACK + "pyarrow.lib.ArrowMemoryError: malloc of size 64 failed\n"
     assert category(arrow) == C.HOST_OOM
@@ -408,6 +421,11 @@ def test_an_unknown_exception_in_torchs_cuda_lazy_init_is_the_runtime() -> None:
             "OOM when allocating tensor with shape[25088,4096] and type float on "
             "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc [Op:Add]",
             C.OOM,
+        ),
+        (
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: "
+            "2 (pid: 11410) of binary: /opt/conda/bin/python",
+            C.UNKNOWN,
         ),
         (
             "F0315 15:02:10.932755 32655 memcpy.cpp:38] Check failed: cudaMemcpyAsync(dst, src, "
