@@ -35,12 +35,14 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   same. Frames that run only
   after training (torch.save, save_checkpoint, saving weights or an Accelerate state, picking
   the best metric, epoch-end and evaluation hooks, an evaluation called with the loop's epoch),
-  an exception naming a numbered checkpoint it did not find missing (`'epoch_1.pth'`,
-  `checkpoint-500`: it was raised at a save), a printed training loss, an epoch that
+  a printed training loss, an epoch that
   says it ended ("took 28 s"), a schedule stepped past its total ("Tried to step 60002
   times") and an epoch-end callback missing the metric it monitors ("ReduceLROnPlateau
   conditioned on metric val_loss which is not available") count as training done, for the
-  exception they end in (config errors included). So does an evaluation frame (`evaluate`,
+  exception they end in (config errors included). An exception no signature knows that
+  names a numbered checkpoint while failing to write it (an OSError with an errno other than
+  ENOENT: `[Errno 95] Operation not supported: 'epoch_1.pth'`) came at a save, after
+  training. So does an evaluation frame (`evaluate`,
   `validation_step`, `val_step`, a method of a script's `evaluator.py` other than its
   constructor...) for an exception no signature knows, except in Lightning's sanity check and
   for a file or module missing (an evaluation script of its own fails so).
@@ -169,6 +171,11 @@ from rsup.workers import constants as C
 # Hydra's line above the exception that ended the job, printed without its traceback
 HYDRA_HEADER = b"Error executing job with overrides: "
 LAST_BYTES = 16 * 1024  # the end of the output kept for `scope: tail` signatures
+
+
+# What PaddlePaddle prints under the error line of its error summary ("  [Hint: Expected
+# x == y] (at /paddle/...)", the operator that raised it, the time and signal of a crash).
+PADDLE_NOTES = (b"[Hint:", b"[operator <", b"[Advise:", b"[TimeInfo:", b"[SignalInfo:")
 
 
 class Orphan(NamedTuple):
@@ -538,8 +545,9 @@ class LiveClassifier(SkippedText):
     def _went_on(self, text: bytes) -> bool:
         """Whether output went on after the pending lone exception line: any line but a
         redraw of a progress row (advance.redraw: the same count again, or the one bar tqdm
-        closes as the program exits, at its total or at 0), or, under an exception line whose
-        message began on the line under it, an indented line (more of that message)."""
+        closes as the program exits, at its total or at 0), a note PaddlePaddle prints under
+        its error line (PADDLE_NOTES), or, under an exception line whose message began on the
+        line under it, an indented line (more of that message)."""
         assert self._orphan is not None
         marks, message_under = self._orphan.marks, self._orphan.message_under
         for piece in text.splitlines():
@@ -549,6 +557,8 @@ class LiveClassifier(SkippedText):
             mark = advance.parse(cut(body))
             if mark is None and message_under and body[:1] in b" \t":
                 continue  # the message goes on under it
+            if mark is None and body.lstrip().startswith(PADDLE_NOTES):
+                continue  # Paddle's notes under its error line: more of the same error
             if mark is None or not advance.redraw(mark, marks):
                 return True
             marks.absorb(mark)
@@ -640,7 +650,7 @@ class LiveClassifier(SkippedText):
                     self._orphan = Orphan(body, shown, line, seen, True, trace, chain)
                 return
             if is_failure_exception(text) and not harmless:
-                trained = (trace.trained_for(body) if trace else False) or names_saved_file(body)
+                trained = trace.trained_for(body) if trace else names_saved_file(body)
                 self._unknown_exception(text, line, shown, chain, marks, trained)
 
     def _end_trace(self, out: list[Finding]) -> None:

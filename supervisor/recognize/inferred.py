@@ -93,8 +93,8 @@ _BEFORE = 24  # bytes before a loss in which _NOT_TRAIN is looked for
 # A segment showing an epoch that says the epoch is over ("Epoch 1 of 30 took 28.3s", MXNet's
 # "Epoch[0] Time cost=410.3").
 _EPOCH_OVER = re.compile(
-    rb"\b[Ee]poch\s*\[?\d+(?:\s*(?:/|of)\s*\d+)?\]?\s*:?\s*(?:took|finished|completed?|done|ended"
-    rb"|Time cost=)"
+    rb"\b[Ee]poch\s*\[?\d+(?:\s*(?:/|of)\s*\d+)?\]?\s*:?\s*"
+    rb"(?:(?:took|finished|completed?|done|ended)\b|Time cost=)"
 )
 
 
@@ -263,18 +263,19 @@ CONNECT_RETRY = _built_in(
 # Frames of the distributed layer: the job runs several processes that talk to each other.
 DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod)[/\\]")
 # Frames that only run once the job has trained: saving a checkpoint (torch.save included,
-# weights alone, an Accelerate state), picking the best metric, epoch-end hooks (mmcv's
-# evaluation hooks included), an evaluation the training loop calls with its epoch
-# ("self.evaluate(epoch, 'test')"), the end of training (`on_train_end` hooks), reading the
-# History that Keras' fit() returned once it finished (`history.history['acc']`), a metric
-# scikit-learn computes on predictions, a YOLOv5-style train.py validating its epoch
-# (`val.run(`). An exception under them is not a config error, even when the excerpt shows no
-# progress. (EVAL_FRAME below covers evaluation functions called without their epoch.)
+# an adapter's weights such as `save_lora_weights`, an Accelerate state), picking the best
+# metric, epoch-end hooks (mmcv's evaluation hooks included), an evaluation the training loop
+# calls with its epoch ("self.evaluate(epoch, 'test')"), the end of training (`on_train_end`
+# hooks), reading the History that Keras' fit() returned once it finished
+# (`history.history['acc']`), a metric scikit-learn computes on predictions, a YOLOv5-style
+# train.py validating its epoch (`val.run(`). An exception under them is not a config error,
+# even when the excerpt shows no progress. (EVAL_FRAME below covers evaluation functions
+# called without their epoch.)
 TRAINED_FRAME = re.compile(
     r'[/\\]torch[/\\]serialization\.py", line \d+, in _?save\b'
     r'|[/\\]\w*eval_hooks?\.py"'
     r"|(?:, in |\.py in )(?:_?save_checkpoint|_?save_model|save_pretrained|save_file|_tobytes"
-    r"|save_(?:\w+_)?weights|save_state"
+    r"|save_\w+_weights|save_state"
     r"|_save_(?:topk|last)_checkpoint"
     r"|_determine_best_metric|_maybe_log_save_evaluate|(?:on_)?(?:validation|train|training)"
     r"_epoch_end|on_epoch_end|on_(?:train|fit)_end|after_(?:train|val)_epoch)\b"
@@ -284,27 +285,34 @@ TRAINED_FRAME = re.compile(
     r"|\b(?:val|validate)\.run\("
     r"|[/\\]sklearn[/\\]metrics[/\\]"
 )
-# A frame running an evaluation: `evaluate`, `Evaluation`, `evaluate_prediction`, `val`,
-# `validation_step`, `val_step`, `eval_one_epoch`, a method of a training script's
-# `evaluator.py`... An evaluation runs a model that has trained: an exception no signature
-# knows, raised in it, is not a setup mistake. Except in Lightning's sanity check, which runs
-# validation_step before the first training step: a traceback that passes through
-# `_run_sanity_check` (SANITY_FRAME) is still read as before training. Not `validate` (setup
-# and libraries name their checks so: jsonschema, GenerationConfig.validate), nor a private
-# `_evaluate` (Hugging Face's Trainer evaluates before training with eval_on_start). COCO
-# evaluation turning a model's detections into results (`_segm2json`, `loadRes`; IPython
-# names the method with its class: `COCO.loadRes`) is one too.
+# A frame running an evaluation: `evaluate`, `Evaluation`, `evaluate_prediction`,
+# `validation_step`, `val_step`, `eval_one_epoch`; in a training script's own code (not an
+# installed package: `yolo val` runs Ultralytics' `val` alone), `val` and a method of its
+# `evaluator.py` other than the constructor... An evaluation runs a model that has trained:
+# an exception no signature knows, raised in it, is not a setup mistake. Except in
+# Lightning's sanity check, which runs validation_step before the first training step: a
+# traceback that passes through `_run_sanity_check` (SANITY_FRAME) is still read as before
+# training. Not `validate` (setup and libraries name their checks so: jsonschema,
+# GenerationConfig.validate), nor a private `_evaluate` (Hugging Face's Trainer evaluates
+# before training with eval_on_start). COCO evaluation turning a model's detections into
+# results (`_segm2json`, `loadRes`; IPython names the method with its class:
+# `COCO.loadRes`) is one too.
 EVAL_FRAME = re.compile(
-    r"(?:, in |\.py in )(?:evaluate\w*|Evaluat(?:e|ion)\w*|val|validation_(?:step|loop|epoch\w*)"
+    r"(?:, in |\.py in )(?:evaluate\w*|Evaluat(?:e|ion)|validation_(?:step|loop|epoch\w*)"
     r"|val_(?:step|epoch|one_epoch)|valid_(?:step|epoch|one_epoch)"
     r"|eval_(?:step|epoch|one_epoch)|evaluation_(?:step|loop|epoch\w*)"
     r"|_evaluate_predictions_on_\w+|_(?:segm|det|proposal)2json|results2json|_eval_with_loader"
     r"|(?:COCO\.)?loadRes)\b"
-    r'|[/\\](?:\w+_)?evaluator\.py", line \d+, in (?!__init__\b)'
+    # a training script's own (not an installed package's): `val`, an evaluator module
+    r"|^(?!.*-packages[/\\]).*(?:, in |\.py in )val\b"
+    r'|^(?!.*-packages[/\\]).*[/\\](?:\w+_)?evaluator\.py", line \d+, in (?!__init__\b)'
 )
 # A file a run writes only once it has trained: a checkpoint numbered by its epoch, step or
 # iteration (`epoch_1.pth`, `iter_8000.pth`, `checkpoint-500`). An exception that names one
-# and does not say it is missing (loading one to resume fails so) came at a save.
+# while an OS call on it failed (WRITE_ERRNO: any errno but ENOENT, which a resume pointed at
+# the wrong place raises) came at a save. Loaders' own words for a bad checkpoint ("Can't find
+# a valid checkpoint at out/checkpoint-500") carry no errno: they stay setup mistakes.
+WRITE_ERRNO = re.compile(rb"\[Errno (?!2\])\d+\]")
 SAVED_FILE = re.compile(
     rb"\b(?:epoch|iter|iteration|step|ckpt)[_-]?\d+\.(?:pth|pt|ckpt|h5|keras|bin|safetensors)\b"
     rb"|\bcheckpoint-\d+\b"
@@ -358,15 +366,21 @@ class Trace:
 
     def trained_for(self, exception: bytes) -> bool:
         """Whether the frames show the job had trained, for an exception line no signature
-        knows (`exception`): also an evaluation outside Lightning's sanity check, unless what
+        knows (`exception`), or the line names a checkpoint it failed to write
+        (names_saved_file): also an evaluation outside Lightning's sanity check, unless what
         failed is a file or module missing (an evaluation script of its own, run before any
         training, fails so). A setup mistake a signature knows stays one under an evaluation."""
-        if self.trained:
+        if self.trained or names_saved_file(exception):
             return True
         return self.evaluating and not self.sanity and not MISSING.search(exception)
 
 
 def names_saved_file(exception: bytes) -> bool:
     """Whether an exception line no signature knows names a checkpoint the run saved
-    (SAVED_FILE) without saying it is missing: it was raised at a save, after training."""
-    return SAVED_FILE.search(exception) is not None and MISSING.search(exception) is None
+    (SAVED_FILE) with an OS error other than a missing file (WRITE_ERRNO): it was raised at a
+    save, after training."""
+    return (
+        SAVED_FILE.search(exception) is not None
+        and WRITE_ERRNO.search(exception) is not None
+        and MISSING.search(exception) is None
+    )

@@ -137,9 +137,20 @@ def test_an_exception_naming_a_numbered_checkpoint_came_at_a_save() -> None:
     # one that is missing is a resume pointed at the wrong place: setup
     resume = "FileNotFoundError: [Errno 2] No such file or directory: 'runs/epoch_10.pth'\n"
     assert category(TRACEBACK + resume) == C.CONFIG_ERROR
+    # a loader's own words for a bad checkpoint carry no errno: a resume pointed wrong
+    for line in (
+        "ValueError: Can't find a valid checkpoint at output/checkpoint-500",
+        "OSError: output/checkpoint-500 does not appear to have a file named config.json.",
+    ):
+        assert category(TRACEBACK + line + "\n") == C.CONFIG_ERROR, line
     # a file name without a number says nothing of a save
     assert category(TRACEBACK + "OSError: [Errno 95] unsupported: 'best.pth'\n") == C.CONFIG_ERROR
-    # saving weights alone is a save too
+    # an adapter's weights saved alone is a save too (not Keras' save_weights, which a script
+    # may call before fit())
+    keras = '  File "/env/keras/engine/training.py", line 2, in save_weights\n'
+    assert category(TRACEBACK + keras + "ImportError: save_weights requires h5py.\n") == (
+        C.CONFIG_ERROR
+    )
     lora = '  File "/db/diffusers/src/diffusers/loaders.py", line 1111, in save_lora_weights\n'
     assert category(TRACEBACK + lora + "ValueError: invalid literal for int(): 'x'\n") == (
         C.UNKNOWN
@@ -157,6 +168,22 @@ def test_validation_a_training_loop_runs_and_an_epoch_mxnet_timed_show_it_traine
     )
     timed = "2016-03-29 15:16:27,723 Epoch[0] Time cost=410.278\n"
     assert category(timed + TRACEBACK + "ValueError: could not broadcast\n") == C.UNKNOWN
+    # Ultralytics' own `val`, run alone (`yolo val`), is no sign of training; nor is a library's
+    # evaluator module, nor a class whose name begins so
+    alone = (
+        '  File "/env/lib/python3.10/site-packages/ultralytics/engine/model.py", line 6, in val\n'
+    )
+    assert category(TRACEBACK + alone + "KeyError: 'names'\n") == C.CONFIG_ERROR
+    lm_eval = '  File "/env/lib/python3.10/site-packages/lm_eval/evaluator.py", line 9, in run\n'
+    assert category(TRACEBACK + lm_eval + "ValueError: Attempted to load model 'hff'\n") == (
+        C.CONFIG_ERROR
+    )
+    args = '  File "/x/args.py", line 3, in EvaluationArguments\n'
+    assert category(TRACEBACK + args + "TypeError: bad default\n") == C.CONFIG_ERROR
+    # "completeness" is no epoch ended
+    assert category("Epoch 1 completeness: 0.4\n" + TRACEBACK + "KeyError: 'x'\n") == (
+        C.CONFIG_ERROR
+    )
     # a validation function of another name is not read as one ("val_data" is a value)
     other = '  File "data.py", line 9, in val_data\n    return load(x)\n'
     assert category(TRACEBACK + other + "KeyError: 'x'\n") == C.CONFIG_ERROR
@@ -178,13 +205,6 @@ def test_an_exception_where_dataloader_workers_start_is_the_workers_start() -> N
         "EOFError: Ran out of input\n"
     )
     assert category(child) == C.DATALOADER_WORKER
-    notebook = (
-        "BrokenPipeError                           Traceback (most recent call last)\n"
-        "c:\\venv\\lib\\site-packages\\torch\\utils\\data\\dataloader.py in _get_iterator(self)\n"
-        "    293         else:\n"
-        "--> 294             return _MultiProcessingDataLoaderIter(self)\n"
-    )
-    assert category(notebook) == C.DATALOADER_WORKER
     # the same exception saving a checkpoint is not the workers'
     saving = TRACEBACK + SAVE_FRAMES + "AttributeError: Can't pickle local object 'f.<locals>.g'\n"
     assert category(saving) == C.UNKNOWN
@@ -209,6 +229,13 @@ def test_paddles_native_stack_and_its_termination_signal() -> None:
         paddle.split("FatalError")[0] + "InvalidArgumentError: The shape of Input(X) is wrong\n"
     )
     assert category(invalid) == C.CONFIG_ERROR
+    # as Paddle prints it: its notes under the error line are more of the same error
+    hint = "  [Hint: Expected input_channels == x] (at /paddle/phi/infermeta/binary.cc:505)\n"
+    operator = "  [operator < conv2d > error]\n"
+    assert category(invalid + hint + operator) == C.CONFIG_ERROR
+    assert every_way(invalid + hint + operator) == {(C.CONFIG_ERROR, 8)}
+    # a line of its own after them is the job going on
+    assert category(invalid + hint + "Epoch 1 started\n") == C.NONE
 
 
 def test_hydra_failing_to_build_what_its_config_names_is_setup() -> None:
@@ -456,6 +483,11 @@ def test_an_unknown_exception_in_torchs_cuda_lazy_init_is_the_runtime() -> None:
 )
 def test_last_lines_without_a_trigger_word(line: str, expected: str) -> None:
     assert category("Epoch 2/10\n" + line + "\n") == expected
+
+
+def test_a_caught_oserror_printed_by_a_job_that_goes_on_is_no_failure() -> None:
+    caught = "[Errno 2] No such file or directory: 'cache/feats.pkl'\n"
+    assert category("Loading data\n" + caught + "Building features\nDone.\n") == C.NONE
 
 
 @pytest.mark.parametrize(
