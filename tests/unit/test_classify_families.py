@@ -262,6 +262,11 @@ def test_clicks_unknown_command_indented_as_posted() -> None:
     assert category(usage + "    \n    Error: No such command 'train_synth'.\n") == C.CONFIG_ERROR
 
 
+def test_ctypes_reporting_an_access_violation_in_a_library_is_a_native_crash() -> None:
+    ctypes = "OSError: exception: access violation reading 0xFFFFFFFFFFFFFFE8\n"
+    assert category(TRACEBACK + ctypes) == C.SEGFAULT_ABORT
+
+
 def test_arrow_running_out_of_ram_is_the_host() -> None:
     arrow = TRACEBACK + "pyarrow.lib.ArrowMemoryError: malloc of size 64 failed\n"
     assert category(arrow) == C.HOST_OOM
