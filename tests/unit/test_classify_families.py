@@ -246,7 +246,8 @@ def test_hydra_failing_to_build_what_its_config_names_is_setup() -> None:
         "[2026-03-19 10:05:58,882][pkg.utils][INFO] - [rank: 0] Output dir: results/\n"
         "Error executing job with overrides: ['project=']\n"
     )
-    assert category(hydra) == C.CONFIG_ERROR
+    diagnosis = diagnose_text(hydra, catalogue=shipped())
+    assert (diagnosis.category, diagnosis.signature) == (C.CONFIG_ERROR, "hydra-instantiate-error")
 
 
 def test_dalis_pipeline_out_of_gpu_memory_and_a_policy_whose_std_diverged() -> None:
