@@ -32,20 +32,19 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   than the main one ("Exception in thread ..."), or one printed under a retry's or the
   program's own warning ("WARNING: ...") that output goes on after (one the output ends with
   ended the job, and is decided by what its frames showed). Its chained tracebacks read the
-  same. Frames that run only
-  after training (torch.save, save_checkpoint, saving weights or an Accelerate state, picking
-  the best metric, epoch-end and evaluation hooks, an evaluation called with the loop's epoch),
-  a printed training loss, an epoch that
-  says it ended ("took 28 s"), a schedule stepped past its total ("Tried to step 60002
-  times") and an epoch-end callback missing the metric it monitors ("ReduceLROnPlateau
-  conditioned on metric val_loss which is not available") count as training done, for the
-  exception they end in (config errors included). An exception no signature knows that
-  names a numbered checkpoint while failing to write it (an OSError with an errno other than
-  ENOENT: `[Errno 95] Operation not supported: 'epoch_1.pth'`) came at a save, after
-  training. So does an evaluation frame (`evaluate`,
-  `validation_step`, `val_step`, a method of a script's `evaluator.py` other than its
-  constructor...) for an exception no signature knows, except in Lightning's sanity check and
-  for a file or module missing (an evaluation script of its own fails so).
+  same. Frames that run only after training (torch.save, save_checkpoint, saving an adapter's
+  weights or an Accelerate state, picking the best metric, epoch-end and evaluation hooks, an
+  evaluation called with the loop's epoch), a printed training loss, an epoch that says it ended
+  ("took 28 s"), a schedule stepped past its total ("Tried to step 60002 times") and an epoch-end
+  callback missing the metric it monitors ("ReduceLROnPlateau conditioned on metric val_loss which
+  is not available") count as training done, for the exception they end in (config errors
+  included). An exception no signature knows that names a numbered checkpoint while failing to
+  write it (an OSError with an errno other than ENOENT: `[Errno 95] Operation not supported:
+  'epoch_1.pth'`) came at a save, after training. So does an evaluation frame (`evaluate`,
+  `Evaluation`, `validation_step`, `val_step`; in the job's own code, not an installed package,
+  `val` and a method of an `evaluator.py` other than its constructor...) for an exception no
+  signature knows, except in Lightning's sanity check and for a file or module missing (an
+  evaluation script of its own fails so).
 - PaddlePaddle's "C++ Traceback (most recent call last):" opens no traceback: its native stack
   and error summary are read as lines, and its error line (`InvalidArgumentError: ...`) as an
   exception line standing alone.
