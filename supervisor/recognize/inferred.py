@@ -268,8 +268,9 @@ DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod
 # calls with its epoch ("self.evaluate(epoch, 'test')"), the end of training (`on_train_end`
 # hooks), reading the History that Keras' fit() returned once it finished
 # (`history.history['acc']`), a metric scikit-learn computes on predictions, a YOLOv5-style
-# train.py validating its epoch (`val.run(`). An exception under them is not a config error,
-# even when the excerpt shows no progress. (EVAL_FRAME below covers evaluation functions
+# train.py validating its epoch (`val.run(`), a script saving the model it fit
+# (`model.save(`). An exception under them is not a config error, even when the excerpt
+# shows no progress. (EVAL_FRAME below covers evaluation functions
 # called without their epoch.)
 TRAINED_FRAME = re.compile(
     r'[/\\]torch[/\\]serialization\.py", line \d+, in _?save\b'
@@ -283,6 +284,7 @@ TRAINED_FRAME = re.compile(
     r"\((?:[^()]*,\s*)?epoch\s*[,)]"
     r"|\bhistory\.history\["
     r"|\b(?:val|validate)\.run\("
+    r"|\bmodel\.save\("
     r"|[/\\]sklearn[/\\]metrics[/\\]"
 )
 # A frame running an evaluation: `evaluate`, `Evaluation`, `evaluate_prediction`,

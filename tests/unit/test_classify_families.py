@@ -2161,3 +2161,29 @@ def test_the_line_above_a_traceback_is_read_past_blank_lines_live_too() -> None:
         classifier.feed(text[cut:].encode())
         classifier.close()
         assert classifier.verdict().category == C.NONE, cut
+
+
+def test_round_39_wordings() -> None:
+    # Thrust's device sort failing to get scratch memory is the GPU's memory running out
+    thrust = (
+        "terminate called after throwing an instance of 'thrust::system::system_error'\n"
+        "  what():  radix_sort: failed to get memory buffer: out of memory\n"
+    )
+    assert category("global iter = 0\n" + thrust) == C.OOM
+    # a gloo pair failing inside a task of torch's thread pool (the RPC agent)
+    pool = (
+        "[E thread_pool.cpp:112] Exception in thread pool task: [/pytorch/third_party/gloo/"
+        "gloo/transport/tcp/pair.cc:563] Read error [10.0.0.2]:8835: Connection reset by peer\n"
+    )
+    assert category("Process process 2:\n" + pool * 3) == C.NCCL_DISTRIBUTED
+    # ps-lite's van failing to connect a parameter-server job
+    van = "mxnet.base.MXNetError: [13:30:33] src/van.cc:63: Check failed: !ip.empty() no ip\n"
+    assert category(TRACEBACK + van) == C.NCCL_DISTRIBUTED
+    # saving the model a script fit comes after training, even with no progress shown
+    save = (
+        '  File "train.py", line 184, in main\n'
+        '    model.save(out["model_dir"], save_traces=False)\n'
+        "TypeError: Unable to serialize 0.0 to JSON.\n"
+    )
+    assert category(TRACEBACK + save) == C.UNKNOWN
+    assert category(TRACEBACK + save.replace("model.save(", "model.build(")) == C.CONFIG_ERROR
