@@ -2187,3 +2187,27 @@ def test_round_39_wordings() -> None:
     )
     assert category(TRACEBACK + save) == C.UNKNOWN
     assert category(TRACEBACK + save.replace("model.save(", "model.build(")) == C.CONFIG_ERROR
+
+
+def test_round_40_wordings() -> None:
+    # load_state_dict's lines without their header end the output: a setup mistake
+    mismatch = (
+        "size mismatch for cls.2.weight: copying a param with shape torch.Size([11312, 2048])"
+        " from checkpoint, the shape in current model is torch.Size([22624, 2048]).\n"
+    )
+    assert category("loading model\n" + mismatch) == C.CONFIG_ERROR
+    # a loader that skips them prints the same as a warning and trains on
+    assert category(mismatch + "Epoch 1/10 loss 0.5\nEpoch 2/10 loss 0.4\n") == C.NONE
+    # a progress bar glued to the shell's crash line
+    glued = "epochs:   0%|          | 0/200 [00:00<?, ?it/sSegmentation fault (core dumped)\n"
+    assert category(glued) == C.SEGFAULT_ABORT
+    # NCCL's words as the what() of an uncaught C++ exception, above the abort
+    terminate = "terminate called after throwing an instance of 'std::runtime_error'\n"
+    abort = '*** Aborted at 1680299961 (unix time) try "date -d @1680299961"\n'
+    nccl = terminate + "  what():  unhandled system error\n" + abort
+    assert category(nccl) == C.NCCL_DISTRIBUTED
+    # a trainer's own loss check as that what(): the run diverged
+    assert category(terminate + "  what():  Loss is NaN value\n" + abort) == C.UNKNOWN
+    assert category(terminate + "  what():  basic_string::_M_create\n" + abort) == (
+        C.SEGFAULT_ABORT
+    )
