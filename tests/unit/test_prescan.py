@@ -1,0 +1,54 @@
+"""The bulk pre-scan's word search: find_word finds exactly what bytes.find finds.
+
+Short trigger words are searched by a pattern that starts at their rarest byte and looks
+back for the bytes before it (prescan.rare_first); whatever the text and the start offset,
+the answer must be bytes.find's: the first offset at or after `pos` where the word starts.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rsup.supervisor.recognize.matcher import Matcher
+from rsup.supervisor.recognize.prescan import SHORT_WORD, find_word, rare_first
+from rsup.supervisor.recognize.signatures import load_catalogue
+
+WORDS = sorted(Matcher(load_catalogue()).words)
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def text_and_word(draw: st.DrawFn) -> tuple[bytes, bytes, int]:
+    word = draw(st.sampled_from(WORDS))
+    # pieces of the word (its head and tail alone make near misses), other words, noise
+    half = len(word) // 2
+    piece = st.sampled_from([word, word[:half], word[half:], word[1:], word[:-1], b"\n", b" "])
+    other = st.sampled_from(WORDS)
+    noise = st.binary(max_size=6)
+    parts = draw(st.lists(st.one_of(piece, other, noise), max_size=12))
+    text = b"".join(parts)
+    pos = draw(st.integers(min_value=0, max_value=len(text) + 2))
+    return text, word, pos
+
+
+@SETTINGS
+@given(text_and_word())
+def test_find_word_finds_what_bytes_find_finds(case: tuple[bytes, bytes, int]) -> None:
+    text, word, pos = case
+    assert find_word(text, word, pos) == text.find(word, pos)
+
+
+def test_every_position_of_overlapping_and_adjacent_words() -> None:
+    for word in WORDS:
+        text = b"x" + word + word + word[:-1] + b" " + word[1:] + word
+        for pos in range(len(text) + 2):
+            assert find_word(text, word, pos) == text.find(word, pos), (word, pos)
+
+
+def test_short_words_take_the_pattern_and_long_ones_bytes_find() -> None:
+    assert rare_first(b"rror") is not None
+    assert rare_first(b"x" * SHORT_WORD) is None
+    k, pattern = rare_first(b" WARN") or (None, None)
+    assert k == 1 and pattern is not None  # "W" is rarer than the space before it
+    assert pattern.search(b"a WARN b").start() - k == 1
+    assert pattern.search(b"aXWARN b") is None  # the byte looked back for must be there
