@@ -2211,3 +2211,37 @@ def test_round_40_wordings() -> None:
     assert category(terminate + "  what():  basic_string::_M_create\n" + abort) == (
         C.SEGFAULT_ABORT
     )
+
+
+def test_round_41_wordings() -> None:
+    # Theano's MemoryError names the GPU's memory
+    cnmem = (
+        "MemoryError: Error allocating 52428800 bytes of device memory "
+        "(CNMEM_STATUS_OUT_OF_MEMORY).\n"
+    )
+    assert category(cnmem) == C.OOM
+    assert category("MemoryError: Unable to allocate 3.2 GiB for an array\n") == C.HOST_OOM
+    # TensorFlow's op that found no cuDNN, under the node that failed
+    node = "Node: 'sequential_2/conv2d_2/Conv2D'\nDNN library is not found.\n"
+    assert category(node + "\t [[{{node sequential_2/conv2d_2/Conv2D}}]]\n") == (
+        C.HIP_RUNTIME_INIT
+    )
+    # an index kernel's device-side assert at the first batch: labels out of range
+    index = (
+        "Train epoch 0:   0%|          | 0/31 [00:00<?, ?it/s]../aten/src/ATen/native/cuda/"
+        "IndexKernel.cu:92: operator(): block: [56,0,0], thread: [64,0,0] Assertion `index >= "
+        '-sizes[i] && index < sizes[i] && "index out of bounds"` failed.\n'
+    )
+    assert category(index) == C.CONFIG_ERROR
+    # IPython's form of the DataLoader starting its workers
+    notebook = (
+        "BrokenPipeError                           Traceback (most recent call last)\n"
+        "<ipython-input-7-e3bcf05e3377> in <module>()\n"
+        "----> 2 dataiter = iter(vis_dataloader)\n\n"
+        "D:\\Anaconda3\\lib\\site-packages\\torch\\utils\\data\\dataloader.py in __init__"
+        "(self, loader)\n"
+        "    238                 w.daemon = True\n"
+        "--> 239                 w.start()\n"
+        "    240 \n"
+    )
+    assert category(notebook) == C.DATALOADER_WORKER
