@@ -2223,9 +2223,7 @@ def test_round_41_wordings() -> None:
     assert category("MemoryError: Unable to allocate 3.2 GiB for an array\n") == C.HOST_OOM
     # TensorFlow's op that found no cuDNN, under the node that failed
     node = "Node: 'sequential_2/conv2d_2/Conv2D'\nDNN library is not found.\n"
-    assert category(node + "\t [[{{node sequential_2/conv2d_2/Conv2D}}]]\n") == (
-        C.HIP_RUNTIME_INIT
-    )
+    assert category(node + "\t [[{{node sequential_2/conv2d_2/Conv2D}}]]\n") == (C.HIP_RUNTIME_INIT)
     # an index kernel's device-side assert at the first batch: labels out of range
     index = (
         "Train epoch 0:   0%|          | 0/31 [00:00<?, ?it/s]../aten/src/ATen/native/cuda/"
