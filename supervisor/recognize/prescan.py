@@ -90,6 +90,19 @@ def rare_first(word: bytes) -> tuple[int, re.Pattern[bytes]] | None:
     return k, re.compile(re.escape(word[k : k + 1]) + behind + re.escape(word[k + 1 :]))
 
 
+@functools.cache
+def shared_rare(words: tuple[bytes, ...]) -> re.Pattern[bytes]:
+    """One pattern for short words that share their rarest byte: it matches (at that byte)
+    wherever any of them occurs, so one pass tells whether any is in a region."""
+    byte = rarest_byte(words[0])
+    branches = []
+    for word in words:
+        k = word.index(byte)
+        behind = b"(?<=" + re.escape(word[: k + 1]) + b")" if k else b""
+        branches.append(behind + re.escape(word[k + 1 :]))
+    return re.compile(re.escape(byte) + b"(?:" + b"|".join(branches) + b")")
+
+
 def find_word(region: bytes, word: bytes, pos: int) -> int:
     """region.find(word, pos), by rare_first's pattern where the word is short."""
     fast = rare_first(word)
@@ -102,19 +115,25 @@ def find_word(region: bytes, word: bytes, pos: int) -> int:
 
 class Finder:
     """Next offset of any trigger word in a region; each word is searched once per hit,
-    and not at all when its rarest byte is missing from the region."""
+    and not at all when its rarest byte is missing from the region, nor when it is a short
+    word that shares its rarest byte with others and one pass for all of them found none."""
 
     def __init__(self, region: bytes, words: tuple[bytes, ...], folded: tuple[bytes, ...]):
         self._region = region
         self._lowered = region.lower() if folded else region
-        present: dict[tuple[bytes, bool], bool] = {}
+        groups: dict[tuple[bytes, bool], list[bytes]] = {}
+        for word, is_folded in [(w, False) for w in words] + [(w, True) for w in folded]:
+            groups.setdefault((rarest_byte(word), is_folded), []).append(word)
         self._next: dict[tuple[bytes, bool], int] = {}
-        for key in [(w, False) for w in words] + [(w, True) for w in folded]:
-            probe = (rarest_byte(key[0]), key[1])
-            if probe not in present:
-                present[probe] = probe[0] in (self._lowered if key[1] else region)
-            if present[probe]:
-                self._next[key] = -1
+        for (byte, is_folded), group in groups.items():
+            haystack = self._lowered if is_folded else region
+            if byte not in haystack:
+                continue
+            short = tuple(w for w in group if rare_first(w) is not None)
+            if len(short) > 1 and shared_rare(short).search(haystack) is None:
+                group = [w for w in group if w not in short]
+            for word in group:
+                self._next[(word, is_folded)] = -1
 
     def next(self, pos: int) -> int:
         """The first offset >= pos where a trigger word starts, or -1."""

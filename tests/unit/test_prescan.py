@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rsup.supervisor.recognize.matcher import Matcher
-from rsup.supervisor.recognize.prescan import SHORT_WORD, find_word, rare_first
+from rsup.supervisor.recognize.prescan import SHORT_WORD, Finder, find_word, rare_first
 from rsup.supervisor.recognize.signatures import load_catalogue
 
 WORDS = sorted(Matcher(load_catalogue()).words)
@@ -52,3 +52,25 @@ def test_short_words_take_the_pattern_and_long_ones_bytes_find() -> None:
     assert k == 1 and pattern is not None  # "W" is rarer than the space before it
     assert pattern.search(b"a WARN b").start() - k == 1
     assert pattern.search(b"aXWARN b") is None  # the byte looked back for must be there
+
+
+@st.composite
+def region_and_positions(draw: st.DrawFn) -> tuple[bytes, list[int]]:
+    # short words sharing a rarest byte ("Watchdog", " WARN", "WorkNCCL(") and their pieces
+    word = st.sampled_from(WORDS)
+    piece = word.map(lambda w: w[: len(w) // 2]) | word.map(lambda w: w[len(w) // 2 :])
+    parts = draw(st.lists(word | piece | st.binary(max_size=6), max_size=12))
+    region = b"".join(parts)
+    return region, draw(st.lists(st.integers(0, len(region) + 1), max_size=6))
+
+
+@SETTINGS
+@given(region_and_positions())
+def test_finder_gives_the_first_word_at_or_after_each_position(
+    case: tuple[bytes, list[int]],
+) -> None:
+    region, positions = case
+    finder = Finder(region, tuple(WORDS), ())
+    for pos in sorted(positions):  # the classifier asks at growing offsets
+        hits = [at for at in (region.find(w, pos) for w in WORDS) if at >= 0]
+        assert finder.next(pos) == (min(hits) if hits else -1)
