@@ -2243,3 +2243,41 @@ def test_round_41_wordings() -> None:
         "    240 \n"
     )
     assert category(notebook) == C.DATALOADER_WORKER
+
+
+def test_round_42_wordings() -> None:
+    # the dynamic loader: a program's own library is a setup mistake, the GPU runtime's is not
+    loader = "target/debug/app: error while loading shared libraries: {}: cannot open shared "
+    loader += "object file: No such file or directory\n"
+    assert category(loader.format("libtorch_cuda.so")) == C.CONFIG_ERROR
+    assert category(loader.format("libcudart.so.11.0")) == C.HIP_RUNTIME_INIT
+    # CTranslate2 and faster-whisper finding no cuBLAS or cuDNN parts
+    ct2 = "RuntimeError: Library libcublas.so.11 is not found or cannot be loaded\n"
+    assert category(TRACEBACK + ct2) == C.HIP_RUNTIME_INIT
+    parts = (
+        "Unable to load any of {libcudnn_ops.so.9.1.0, libcudnn_ops.so.9}\n"
+        "Invalid handle. Cannot load symbol cudnnCreateTensorDescriptor\n"
+    )
+    assert category(parts) == C.HIP_RUNTIME_INIT
+    glued = "⠴ Transcribing... 0:00:00Could not locate cudnn_ops64_9.dll. Please make sure it is "
+    assert category(glued + "in your library path!\n") == C.HIP_RUNTIME_INIT
+    # an Ascend NPU that cannot be set, a Gaudi the kernel driver gave up on
+    npu = (
+        "RuntimeError: Initialize:torch_npu/csrc/core/npu/sys_ctrl/npu_sys_ctrl.cpp:146 NPU "
+        "function error: c10_npu::SetDevice(device_id_), error code is 507033\n"
+    )
+    assert category(TRACEBACK + npu) == C.HIP_RUNTIME_INIT
+    gaudi = "[   73.02] habanalabs 0000:34:00.0: Failed to initialize hl6. Device is NOT usable !\n"
+    assert category(gaudi) == C.HIP_RUNTIME_INIT
+    # cargo naming the status a Rust trainer died of
+    cargo = (
+        "error: process didn't exit successfully: `target\\release\\train.exe` "
+        "(exit code: 0xc0000409, STATUS_STACK_BUFFER_OVERRUN)\n"
+    )
+    assert category("[00:04:29] 2804/61262 Training Progress\n" + cargo) == C.SEGFAULT_ABORT
+    # a ClearML task stopped from outside
+    stopped = "clearml.Task - WARNING - ### TASK STOPPED - USER ABORTED - STATUS CHANGED ###\n"
+    assert category("Epoch 3/10\n" + stopped) == C.KILLED
+    # icefall's collapsed gradient scale: the training diverged
+    note = "        If you see this error, it means that the gradient scale is too small.\n"
+    assert category("Epoch 2, batch 400, loss[loss=0.31]\n" + note) == C.UNKNOWN
