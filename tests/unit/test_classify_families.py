@@ -2281,3 +2281,42 @@ def test_round_42_wordings() -> None:
     # icefall's collapsed gradient scale: the training diverged
     note = "        If you see this error, it means that the gradient scale is too small.\n"
     assert category("Epoch 2, batch 400, loss[loss=0.31]\n" + note) == C.UNKNOWN
+
+
+def test_round_43_wordings() -> None:
+    # zsh's job line printed after a prompt on the same line
+    zsh = "$ python repro.py          [1]    181810 illegal hardware instruction (core dumped)"
+    assert category(zsh + "  python repro.py\n") == C.SEGFAULT_ABORT
+    # gloo refusing a peer's address while the process group forms
+    enforce = (
+        "RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/address.cc:45] "
+        "sizeof(impl_) == bytes.size(). 136 vs 68\n"
+    )
+    assert category(TRACEBACK + enforce) == C.NCCL_DISTRIBUTED
+    # torch without the backend asked for: a launch that cannot fit the platform
+    nccl = "RuntimeError: Distributed package doesn't have NCCL built in\n"
+    assert category(TRACEBACK + nccl) == C.CONFIG_ERROR
+    # a CI runner cancelling the job
+    cancelled = "..................................... [ 75%]\nError: The operation was canceled.\n"
+    assert category(cancelled) == C.KILLED
+    # faceswap's own words for the GPU's memory, jetson-inference's [cuda] lines
+    faceswap = (
+        "02/15/2020 15:10:09 MainProcess _training_0 multithreading run DEBUG Error in thread "
+        "(_training_0): You do not have enough GPU memory available to train the selected model\n"
+    )
+    assert category(faceswap) == C.OOM
+    launch = (
+        "[cuda]   cudaGetLastError()\n[cuda]      unspecified launch failure (error 4) (hex 0x04)\n"
+    )
+    assert category(launch) == C.GPU_MEMORY_FAULT
+    # edge accelerators whose runtime cannot open the device
+    coral = "ValueError: Failed to load delegate from libedgetpu.so.1\n"
+    assert category(TRACEBACK + coral) == C.HIP_RUNTIME_INIT
+    tpu = (
+        "F20220715 11:31:30.963634 1069849 tflite_utils.h:236] Check failed: "
+        "'GetEdgeTpuContext(device_type, device_index, options)' Must be non NULL \n"
+        "*** Check failure stack trace: ***\nAborted\n"
+    )
+    assert category(tpu) == C.HIP_RUNTIME_INIT
+    rknn = "E init_runtime: Exception: RKNN init failed. error code: RKNN_ERR_DEVICE_UNAVAILABLE\n"
+    assert category(rknn) == C.HIP_RUNTIME_INIT
