@@ -42,9 +42,11 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   write it (an OSError with an errno other than ENOENT: `[Errno 95] Operation not supported:
   'epoch_1.pth'`) came at a save, after training. So does an evaluation frame (`evaluate`,
   `Evaluation`, `validation_step`, `val_step`; in the job's own code, not an installed package,
-  `val` and a method of an `evaluator.py` other than its constructor...) for an exception no
-  signature knows, except in Lightning's sanity check and for a file or module missing (an
-  evaluation script of its own fails so).
+  `val` and a method of an `evaluator.py` other than its constructor...), or a line just above
+  the traceback that announces one ("evaluating validation performance...", "Running
+  evaluation"; not "Validating", which setup prints), for an exception no signature knows,
+  except in Lightning's sanity check and for a file or module missing (an evaluation script of
+  its own fails so).
 - PaddlePaddle's "C++ Traceback (most recent call last):" opens no traceback: its native stack
   and error summary are read as lines, and its error line (`InvalidArgumentError: ...`) as an
   exception line standing alone.
@@ -123,6 +125,7 @@ from rsup.supervisor.recognize.inferred import (
     CONNECT_RETRY_WORD,
     CUDA_INIT_WARNING,
     DISTRIBUTED_FRAME,
+    EVAL_ANNOUNCED,
     EVAL_FRAME,
     GPU_ABSENT,
     GPU_WARNED,
@@ -482,8 +485,11 @@ class LiveClassifier(SkippedText):
             )
             if head >= 0:  # a chained traceback is printed only when its chain's first was
                 kept = self._printed if self._printed and self._printed[0] == tb.chain else None
-                printed = printed_only(self._line_above()) or (kept[1] if kept else None)
+                above = self._line_above()
+                printed = printed_only(above) or (kept[1] if kept else None)
                 self._trace.printed, self._printed = printed, (tb.chain, printed)
+                if EVAL_ANNOUNCED.search(above):
+                    self._trace.evaluating = True
             self._stalled_before(line, out)
         if role == FRAME:
             if self._trace is not None and TB_HEADER not in body:

@@ -309,6 +309,12 @@ EVAL_FRAME = re.compile(
     r"|^(?!.*-packages[/\\]).*(?:, in |\.py in )val\b"
     r'|^(?!.*-packages[/\\]).*[/\\](?:\w+_)?evaluator\.py", line \d+, in (?!__init__\b)'
 )
+# The line above a traceback announcing an evaluation ("evaluating validation performance...",
+# "Running evaluation"): the exception came out of it, as from an EVAL_FRAME. Not
+# "Validating" (setup checks its config and data so).
+EVAL_ANNOUNCED = re.compile(
+    rb"\b(?:[Ee]valuating|EVALUATING|[Rr]unning (?:[Ee]valuation|[Vv]alidation))\b"
+)
 # A file a run writes only once it has trained: a checkpoint numbered by its epoch, step or
 # iteration (`epoch_1.pth`, `iter_8000.pth`, `checkpoint-500`). An exception that names one
 # while an OS call on it failed (WRITE_ERRNO: any errno but ENOENT, which a resume pointed at

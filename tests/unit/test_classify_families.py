@@ -2320,3 +2320,20 @@ def test_round_43_wordings() -> None:
     assert category(tpu) == C.HIP_RUNTIME_INIT
     rknn = "E init_runtime: Exception: RKNN init failed. error code: RKNN_ERR_DEVICE_UNAVAILABLE\n"
     assert category(rknn) == C.HIP_RUNTIME_INIT
+
+
+def test_round_44_wordings() -> None:
+    # glibc's heap report copied without its leading "*** "
+    glibc = (
+        "Error in `/opt/conda/bin/python': corrupted size vs. prev_size: 0x000055b2bcb5c690 ***\n"
+    )
+    assert category(glibc) == C.SEGFAULT_ABORT
+    # an NFS file handle gone stale under a file the job writes
+    stale = "OSError: [Errno 116] Stale file handle\n"
+    assert category(TRACEBACK + stale) == C.UNKNOWN
+    # the line above the traceback announces an evaluation: the job had trained
+    error = "AttributeError: 'NoneType' object has no attribute 'items'\n"
+    evaluating = "evaluating validation preformance... -1/5000 (2.649871)\n"
+    assert category(evaluating + TRACEBACK + error) == C.UNKNOWN
+    assert category("Validating config...\n" + TRACEBACK + error) == C.CONFIG_ERROR
+    assert category(TRACEBACK + error) == C.CONFIG_ERROR
