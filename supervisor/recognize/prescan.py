@@ -75,8 +75,13 @@ def _rank(byte: int) -> int:
 # A short word (common bytes, little to skip by) is found faster by a pattern that starts
 # at its rarest byte and looks back for the bytes before it: the regex engine runs to each
 # occurrence of that one byte, where bytes.find stops at every byte the word holds. A long
-# word is faster with bytes.find, which skips ahead by its length.
+# word is faster with bytes.find, which skips ahead by its length; so is any word in a small
+# region (the pattern's set-up outweighs the scan), or in one where its rarest byte is
+# common after all (more than one byte in DENSE at the region's start: each occurrence costs
+# the pattern a try).
 SHORT_WORD = 12
+SMALL_REGION = 4096
+DENSE = 64
 
 
 @functools.cache
@@ -103,9 +108,10 @@ def shared_rare(words: tuple[bytes, ...]) -> re.Pattern[bytes]:
     return re.compile(re.escape(byte) + b"(?:" + b"|".join(branches) + b")")
 
 
-def find_word(region: bytes, word: bytes, pos: int) -> int:
-    """region.find(word, pos), by rare_first's pattern where the word is short."""
-    fast = rare_first(word)
+def find_word(region: bytes, word: bytes, pos: int, plain: bool = False) -> int:
+    """region.find(word, pos) (pos >= 0), by rare_first's pattern where the word is short,
+    unless `plain`."""
+    fast = None if plain else rare_first(word)
     if fast is None:
         return region.find(word, pos)
     k, pattern = fast
@@ -113,26 +119,50 @@ def find_word(region: bytes, word: bytes, pos: int) -> int:
     return found.start() - k if found else -1
 
 
+@functools.cache
+def _plan(
+    words: tuple[bytes, ...], folded: tuple[bytes, ...]
+) -> tuple[tuple[bytes, bool, tuple[bytes, ...], tuple[bytes, ...], re.Pattern[bytes] | None], ...]:
+    """The trigger words by rarest byte (and case folding), worked out once: each group's
+    short words, its long ones, and the one pattern for its short words when there are two
+    or more (shared_rare)."""
+    groups: dict[tuple[bytes, bool], list[bytes]] = {}
+    for word, is_folded in [(w, False) for w in words] + [(w, True) for w in folded]:
+        groups.setdefault((rarest_byte(word), is_folded), []).append(word)
+    plan = []
+    for (byte, is_folded), group in groups.items():
+        short = tuple(w for w in group if rare_first(w) is not None)
+        long = tuple(w for w in group if w not in short)
+        plan.append((byte, is_folded, short, long, shared_rare(short) if len(short) > 1 else None))
+    return tuple(plan)
+
+
 class Finder:
     """Next offset of any trigger word in a region; each word is searched once per hit,
     and not at all when its rarest byte is missing from the region, nor when it is a short
-    word that shares its rarest byte with others and one pass for all of them found none."""
+    word that shares its rarest byte with others and one pass for all of them found none.
+    Short words are searched by rare_first's pattern, except in a small region or where
+    their rarest byte is dense (see SHORT_WORD)."""
 
     def __init__(self, region: bytes, words: tuple[bytes, ...], folded: tuple[bytes, ...]):
         self._region = region
         self._lowered = region.lower() if folded else region
-        groups: dict[tuple[bytes, bool], list[bytes]] = {}
-        for word, is_folded in [(w, False) for w in words] + [(w, True) for w in folded]:
-            groups.setdefault((rarest_byte(word), is_folded), []).append(word)
         self._next: dict[tuple[bytes, bool], int] = {}
-        for (byte, is_folded), group in groups.items():
+        self._plain: set[tuple[bytes, bool]] = set()  # short words searched with bytes.find
+        small = len(region) < SMALL_REGION
+        for byte, is_folded, short, long, shared in _plan(words, folded):
             haystack = self._lowered if is_folded else region
             if byte not in haystack:
                 continue
-            short = tuple(w for w in group if rare_first(w) is not None)
-            if len(short) > 1 and shared_rare(short).search(haystack) is None:
-                group = [w for w in group if w not in short]
-            for word in group:
+            for word in long:
+                self._next[(word, is_folded)] = -1
+            if not short:
+                continue
+            if small or haystack.count(byte, 0, SMALL_REGION) * DENSE > SMALL_REGION:
+                self._plain.update((w, is_folded) for w in short)
+            elif shared is not None and shared.search(haystack) is None:
+                continue  # none of the short words is in the region
+            for word in short:
                 self._next[(word, is_folded)] = -1
 
     def next(self, pos: int) -> int:
@@ -140,7 +170,8 @@ class Finder:
         best = -1
         for key, at in list(self._next.items()):
             if at < pos:
-                at = find_word(self._lowered if key[1] else self._region, key[0], pos)
+                haystack = self._lowered if key[1] else self._region
+                at = find_word(haystack, key[0], pos, key in self._plain)
                 if at < 0:
                     del self._next[key]  # no more of this word in the region
                     continue

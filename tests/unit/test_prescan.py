@@ -10,7 +10,13 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rsup.supervisor.recognize.matcher import Matcher
-from rsup.supervisor.recognize.prescan import SHORT_WORD, Finder, find_word, rare_first
+from rsup.supervisor.recognize.prescan import (
+    SHORT_WORD,
+    SMALL_REGION,
+    Finder,
+    find_word,
+    rare_first,
+)
 from rsup.supervisor.recognize.signatures import load_catalogue
 
 WORDS = sorted(Matcher(load_catalogue()).words)
@@ -73,4 +79,33 @@ def test_finder_gives_the_first_word_at_or_after_each_position(
     finder = Finder(region, tuple(WORDS), ())
     for pos in sorted(positions):  # the classifier asks at growing offsets
         hits = [at for at in (region.find(w, pos) for w in WORDS) if at >= 0]
+        assert finder.next(pos) == (min(hits) if hits else -1)
+
+
+# Fixed words so that every path stays covered whatever the catalogue holds: short words
+# sharing their rarest byte ("W"), a long word, and case-folded words.
+FIXED = (b" WARN", b"Watchdog", b"WorkNCCL(", b"rror", b"Segmentation fault")
+FOLDED = (b"abort", b"oom-kill")
+FILLERS = (b"", b"x" * SMALL_REGION, b"W" * SMALL_REGION, b"step 1 loss 0.5\n" * 300)
+
+
+@st.composite
+def padded_region(draw: st.DrawFn) -> tuple[bytes, list[int]]:
+    word = st.sampled_from(FIXED + FOLDED + (b"ABORT", b"Abort", b"OOM-Kill"))
+    piece = word.map(lambda w: w[: len(w) // 2]) | word.map(lambda w: w[len(w) // 2 :])
+    parts = draw(st.lists(word | piece | st.binary(max_size=6), max_size=10))
+    filler = draw(st.sampled_from(FILLERS))  # small, large, dense in "W", progress lines
+    region = draw(st.sampled_from([filler + b"".join(parts), b"".join(parts) + filler]))
+    return region, draw(st.lists(st.integers(0, len(region) + 1), max_size=6))
+
+
+@SETTINGS
+@given(padded_region())
+def test_finder_paths_small_large_dense_and_folded(case: tuple[bytes, list[int]]) -> None:
+    region, positions = case
+    finder = Finder(region, FIXED, FOLDED)
+    lowered = region.lower()
+    for pos in sorted(positions):
+        hits = [region.find(w, pos) for w in FIXED] + [lowered.find(w, pos) for w in FOLDED]
+        hits = [at for at in hits if at >= 0]
         assert finder.next(pos) == (min(hits) if hits else -1)
