@@ -311,9 +311,9 @@ EVAL_FRAME = re.compile(
 )
 # The line above a traceback announcing an evaluation ("evaluating validation performance...",
 # "Running evaluation"): the exception came out of it, as from an EVAL_FRAME. Not
-# "Validating" (setup checks its config and data so).
+# "Validating" nor "Running validation checks" (setup checks its config and data so).
 EVAL_ANNOUNCED = re.compile(
-    rb"\b(?:[Ee]valuating|EVALUATING|[Rr]unning (?:[Ee]valuation|[Vv]alidation))\b"
+    rb"\b(?:[Ee]valuating|EVALUATING|[Rr]unning (?:[Ee]valuation|[Vv]alidation))\b(?! checks?\b)"
 )
 # A file a run writes only once it has trained: a checkpoint numbered by its epoch, step or
 # iteration (`epoch_1.pth`, `iter_8000.pth`, `checkpoint-500`). An exception that names one

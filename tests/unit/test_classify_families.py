@@ -2338,4 +2338,6 @@ def test_round_44_wordings() -> None:
     evaluating = "evaluating validation preformance... -1/5000 (2.649871)\n"
     assert category(evaluating + TRACEBACK + error) == C.UNKNOWN
     assert category("Validating config...\n" + TRACEBACK + error) == C.CONFIG_ERROR
+    checks = "Running validation checks on the config\n"
+    assert category(checks + TRACEBACK + error) == C.CONFIG_ERROR
     assert category(TRACEBACK + error) == C.CONFIG_ERROR
