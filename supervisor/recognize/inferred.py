@@ -270,8 +270,8 @@ DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod
 # (`history.history['acc']`), a metric scikit-learn computes on predictions, a YOLOv5-style
 # train.py validating its epoch (`val.run(`), a script saving the model it fit
 # (`model.save(`). An exception under them is not a config error, even when the excerpt
-# shows no progress. (EVAL_FRAME below covers evaluation functions
-# called without their epoch.)
+# shows no progress. (EVAL_FRAME below covers evaluation functions called without their
+# epoch.)
 TRAINED_FRAME = re.compile(
     r'[/\\]torch[/\\]serialization\.py", line \d+, in _?save\b'
     r'|[/\\]\w*eval_hooks?\.py"'

@@ -84,28 +84,30 @@ SMALL_REGION = 4096
 DENSE = 64
 
 
+def _after_rarest(word: bytes) -> tuple[int, bytes]:
+    """(k, regex source) for `word` read from its rarest byte, at offset k: a look back for
+    the bytes before it, then the bytes after it (the byte itself is left to the caller)."""
+    k = word.index(rarest_byte(word))
+    behind = b"(?<=" + re.escape(word[: k + 1]) + b")" if k else b""
+    return k, behind + re.escape(word[k + 1 :])
+
+
 @functools.cache
 def rare_first(word: bytes) -> tuple[int, re.Pattern[bytes]] | None:
     """For a short word, (k, pattern): the pattern matches at offset k of each occurrence
     of the word (its rarest byte); None for a long word."""
     if len(word) >= SHORT_WORD:
         return None
-    k = word.index(rarest_byte(word))
-    behind = b"(?<=" + re.escape(word[: k + 1]) + b")" if k else b""
-    return k, re.compile(re.escape(word[k : k + 1]) + behind + re.escape(word[k + 1 :]))
+    k, rest = _after_rarest(word)
+    return k, re.compile(re.escape(rarest_byte(word)) + rest)
 
 
 @functools.cache
 def shared_rare(words: tuple[bytes, ...]) -> re.Pattern[bytes]:
     """One pattern for short words that share their rarest byte: it matches (at that byte)
     wherever any of them occurs, so one pass tells whether any is in a region."""
-    byte = rarest_byte(words[0])
-    branches = []
-    for word in words:
-        k = word.index(byte)
-        behind = b"(?<=" + re.escape(word[: k + 1]) + b")" if k else b""
-        branches.append(behind + re.escape(word[k + 1 :]))
-    return re.compile(re.escape(byte) + b"(?:" + b"|".join(branches) + b")")
+    branches = b"|".join(_after_rarest(word)[1] for word in words)
+    return re.compile(re.escape(rarest_byte(words[0])) + b"(?:" + branches + b")")
 
 
 def find_word(region: bytes, word: bytes, pos: int, plain: bool = False) -> int:

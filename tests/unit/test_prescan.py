@@ -60,28 +60,6 @@ def test_short_words_take_the_pattern_and_long_ones_bytes_find() -> None:
     assert pattern.search(b"aXWARN b") is None  # the byte looked back for must be there
 
 
-@st.composite
-def region_and_positions(draw: st.DrawFn) -> tuple[bytes, list[int]]:
-    # short words sharing a rarest byte ("Watchdog", " WARN", "WorkNCCL(") and their pieces
-    word = st.sampled_from(WORDS)
-    piece = word.map(lambda w: w[: len(w) // 2]) | word.map(lambda w: w[len(w) // 2 :])
-    parts = draw(st.lists(word | piece | st.binary(max_size=6), max_size=12))
-    region = b"".join(parts)
-    return region, draw(st.lists(st.integers(0, len(region) + 1), max_size=6))
-
-
-@SETTINGS
-@given(region_and_positions())
-def test_finder_gives_the_first_word_at_or_after_each_position(
-    case: tuple[bytes, list[int]],
-) -> None:
-    region, positions = case
-    finder = Finder(region, tuple(WORDS), ())
-    for pos in sorted(positions):  # the classifier asks at growing offsets
-        hits = [at for at in (region.find(w, pos) for w in WORDS) if at >= 0]
-        assert finder.next(pos) == (min(hits) if hits else -1)
-
-
 # Fixed words so that every path stays covered whatever the catalogue holds: short words
 # sharing their rarest byte ("W"), a long word, and case-folded words.
 FIXED = (b" WARN", b"Watchdog", b"WorkNCCL(", b"rror", b"Segmentation fault")
@@ -90,22 +68,40 @@ FILLERS = (b"", b"x" * SMALL_REGION, b"W" * SMALL_REGION, b"step 1 loss 0.5\n" *
 
 
 @st.composite
-def padded_region(draw: st.DrawFn) -> tuple[bytes, list[int]]:
-    word = st.sampled_from(FIXED + FOLDED + (b"ABORT", b"Abort", b"OOM-Kill"))
+def regions(
+    draw: st.DrawFn, words: tuple[bytes, ...], fillers: tuple[bytes, ...] = (b"",)
+) -> tuple[bytes, list[int]]:
+    """Words, halves of words and noise, before or after a filler (small, large, dense in
+    "W", progress lines), and the positions to ask at."""
+    word = st.sampled_from(words)
     piece = word.map(lambda w: w[: len(w) // 2]) | word.map(lambda w: w[len(w) // 2 :])
-    parts = draw(st.lists(word | piece | st.binary(max_size=6), max_size=10))
-    filler = draw(st.sampled_from(FILLERS))  # small, large, dense in "W", progress lines
-    region = draw(st.sampled_from([filler + b"".join(parts), b"".join(parts) + filler]))
+    parts = b"".join(draw(st.lists(word | piece | st.binary(max_size=6), max_size=12)))
+    filler = draw(st.sampled_from(fillers))
+    region = draw(st.sampled_from([filler + parts, parts + filler]))
     return region, draw(st.lists(st.integers(0, len(region) + 1), max_size=6))
 
 
-@SETTINGS
-@given(padded_region())
-def test_finder_paths_small_large_dense_and_folded(case: tuple[bytes, list[int]]) -> None:
-    region, positions = case
-    finder = Finder(region, FIXED, FOLDED)
+def assert_finder_agrees(
+    region: bytes, positions: list[int], words: tuple[bytes, ...], folded: tuple[bytes, ...]
+) -> None:
+    """Finder.next at growing offsets (as the classifier asks) is the first word's offset."""
+    finder = Finder(region, words, folded)
     lowered = region.lower()
     for pos in sorted(positions):
-        hits = [region.find(w, pos) for w in FIXED] + [lowered.find(w, pos) for w in FOLDED]
+        hits = [region.find(w, pos) for w in words] + [lowered.find(w, pos) for w in folded]
         hits = [at for at in hits if at >= 0]
         assert finder.next(pos) == (min(hits) if hits else -1)
+
+
+@SETTINGS
+@given(regions(tuple(WORDS)))
+def test_finder_gives_the_first_word_at_or_after_each_position(
+    case: tuple[bytes, list[int]],
+) -> None:
+    assert_finder_agrees(*case, tuple(WORDS), ())
+
+
+@SETTINGS
+@given(regions(FIXED + FOLDED + (b"ABORT", b"Abort", b"OOM-Kill"), FILLERS))
+def test_finder_paths_small_large_dense_and_folded(case: tuple[bytes, list[int]]) -> None:
+    assert_finder_agrees(*case, FIXED, FOLDED)
