@@ -2341,3 +2341,28 @@ def test_round_44_wordings() -> None:
     checks = "Running validation checks on the config\n"
     assert category(checks + TRACEBACK + error) == C.CONFIG_ERROR
     assert category(TRACEBACK + error) == C.CONFIG_ERROR
+
+
+def test_round_45_wordings() -> None:
+    # TensorFlow's kernel warning for a tensor in the machine's RAM: host memory, not the GPU's
+    cpu = (
+        "W tensorflow/core/framework/op_kernel.cc:1763] OP_REQUIRES failed at cast_op.cc:109 :"
+        " Resource exhausted: OOM when allocating tensor with shape[1,559,512,3] and type float"
+        " on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu\n"
+    )
+    assert category(cpu) == C.HOST_OOM
+    gpu = cpu.replace("device:CPU:0 by allocator cpu", "device:GPU:0 by allocator GPU_0_bfc")
+    assert category(gpu) == C.OOM
+    # an older SLURM's step daemon killing a job over its memory limit (no "error:")
+    slurm = "slurmstepd: Job 1171978 exceeded memory limit (18202456 > 16384000), being killed\n"
+    assert category("step 10 loss 0.5\n" + slurm) == C.HOST_OOM
+    # Go's os/exec wording for a Windows access violation (a runner process under a server)
+    runner = "Error: llama runner process has terminated: exit status 0xc0000005\n"
+    assert category(runner) == C.SEGFAULT_ABORT
+    # the amdgpu driver's firmware scheduler (MES) no longer answering
+    mes = (
+        "[39009.866590] amdgpu 0000:c3:00.0: amdgpu: MES failed to respond to msg=REMOVE_QUEUE\n"
+        "[39009.866606] amdgpu 0000:c3:00.0: amdgpu: MES might be in unrecoverable state, issue"
+        " a GPU reset\n"
+    )
+    assert category(mes) == C.GPU_MEMORY_FAULT
