@@ -2366,3 +2366,36 @@ def test_round_45_wordings() -> None:
         " a GPU reset\n"
     )
     assert category(mes) == C.GPU_MEMORY_FAULT
+
+
+def test_round_46_wordings() -> None:
+    # PyCharm's exit line in Chinese for an access violation
+    assert category("进程已结束,退出代码-1073741819 (0xC0000005)\n") == C.SEGFAULT_ABORT
+    # a fused kernel's misaligned address, named by its source file only
+    fused = (
+        "RuntimeError: /pytorch/torch/csrc/jit/fuser/cuda/fused_kernel.cpp:202:"
+        " misaligned address\n"
+    )
+    assert category(fused) == C.GPU_MEMORY_FAULT
+    # Windows spawning a worker: the pipe to the child broke while the parent pickled for it
+    spawn = (
+        "Traceback (most recent call last):\n"
+        '  File "C:\\env\\lib\\multiprocessing\\popen_spawn_win32.py", line 65, in __init__\n'
+        "    reduction.dump(process_obj, to_child)\n"
+        '  File "C:\\env\\lib\\multiprocessing\\reduction.py", line 60, in dump\n'
+        "    ForkingPickler(file, protocol).dump(obj)\n"
+        "BrokenPipeError: [Errno 32] Broken pipe\n"
+    )
+    assert category(spawn) == C.DATALOADER_WORKER
+    # a launcher that cannot reach another node with ssh, and one that cannot ssh to itself
+    check = (
+        "subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no node2"
+        " hostname' returned non-zero exit status 255.\n"
+    )
+    assert category(TRACEBACK + check) == C.NCCL_DISTRIBUTED
+    assert category("pdsh@head: node2: ssh exited with exit code 255\n") == C.NCCL_DISTRIBUTED
+    local = (
+        "localhost: user@localhost: Permission denied (publickey,password).\n"
+        "pdsh@head: localhost: ssh exited with exit code 255\n"
+    )
+    assert category(local) == C.CONFIG_ERROR
