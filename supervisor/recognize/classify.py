@@ -178,6 +178,11 @@ LAST_BYTES = 16 * 1024  # the end of the output kept for `scope: tail` signature
 # What PaddlePaddle prints under the error line of its error summary ("  [Hint: Expected
 # x == y] (at /paddle/...)", the operator that raised it, the time and signal of a crash).
 PADDLE_NOTES = (b"[Hint:", b"[operator <", b"[Advise:", b"[TimeInfo:", b"[SignalInfo:")
+# What gin-config adds under the exception it re-raises: the configurables it was calling
+# ("  In call to configurable 'Runner' (<function Runner.__init__ at 0x...>)") or the binding
+# it was parsing ("  In bindings string line 2", "  In file \"train.gin\", line 3", with the
+# binding itself indented under it).
+GIN_NOTES = (b"In call to configurable '", b"In bindings string line ", b'In file "')
 
 
 class Orphan(NamedTuple):
@@ -551,10 +556,12 @@ class LiveClassifier(SkippedText):
         """Whether output went on after the pending lone exception line: any line but a
         redraw of a progress row (advance.redraw: the same count again, or the one bar tqdm
         closes as the program exits, at its total or at 0), a note PaddlePaddle prints under
-        its error line (PADDLE_NOTES), or, under an exception line whose message began on the
-        line under it, an indented line (more of that message)."""
+        its error line (PADDLE_NOTES), gin-config's notes and the indented lines under them
+        (GIN_NOTES), or, under an exception line whose message began on the line under it, an
+        indented line (more of that message)."""
         assert self._orphan is not None
         marks, message_under = self._orphan.marks, self._orphan.message_under
+        gin = False  # under gin's notes, indented lines are more of them
         for piece in text.splitlines():
             body, _ = after_rank_prefix(piece)
             if not body.strip():
@@ -564,6 +571,10 @@ class LiveClassifier(SkippedText):
                 continue  # the message goes on under it
             if mark is None and body.lstrip().startswith(PADDLE_NOTES):
                 continue  # Paddle's notes under its error line: more of the same error
+            if mark is None and body[:1] in b" \t" and body.lstrip().startswith(GIN_NOTES):
+                gin = True
+            if mark is None and gin and body[:1] in b" \t":
+                continue  # gin's notes under the exception it re-raised
             if mark is None or not advance.redraw(mark, marks):
                 return True
             marks.absorb(mark)

@@ -2399,3 +2399,40 @@ def test_round_46_wordings() -> None:
         "pdsh@head: localhost: ssh exited with exit code 255\n"
     )
     assert category(local) == C.CONFIG_ERROR
+
+
+def test_round_47_wordings() -> None:
+    # TensorFlow's two-root-errors summary: cuDNN would not initialize (no "Error" on the line)
+    conv = (
+        "UnknownError: 2 root error(s) found.\n"
+        "  (0) Unknown: Failed to get convolution algorithm. This is probably because cuDNN"
+        " failed to initialize, so try looking to see if a warning log message was printed"
+        " above.\n"
+        "\t [[{{node conv3d/Conv3D}}]]\n"
+    )
+    assert category(conv) == C.HIP_RUNTIME_INIT
+    dnn = (
+        "FailedPreconditionError: Exception encountered when calling layer 'e2e' (type E2E).\n"
+        "\n"
+        "DNN library initialization failed. Look at the errors above for more details."
+        " [Op:__forward_call_1074]\n"
+    )
+    assert category(dnn) == C.HIP_RUNTIME_INIT
+    # a CUDA extension's kernel wrapper reporting the runtime's initialization error
+    ext = "CUDA kernel failed : initialization error\n"
+    assert category(ext) == C.HIP_RUNTIME_INIT
+    # gin-config's notes under the exception it re-raised are more of that exception
+    gin = (
+        "ValueError: There is not enough capacity to cover update_horizon and stack_size.\n"
+        "  In call to configurable 'ReplayBuffer' (<function ReplayBuffer.__init__ at 0x7f75>)\n"
+        "  In call to configurable 'Runner' (<function Runner.__init__ at 0x7f76>)\n"
+    )
+    assert category(gin) == C.CONFIG_ERROR
+    binding = (
+        "ValueError: Configurable 'utils.run' doesn't have a parameter named 'mesh_devices'.\n"
+        "  In bindings string line 2\n"
+        "    utils.run.mesh_devices = ['gpu:0']\n"
+    )
+    assert category(binding) == C.CONFIG_ERROR
+    # an indented line that is not gin's still means the output went on
+    assert category(binding.replace("  In bindings", "  Training on")) == C.NONE
