@@ -269,23 +269,27 @@ DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod
 # hooks), reading the History that Keras' fit() returned once it finished
 # (`history.history['acc']`), a metric scikit-learn computes on predictions, a YOLOv5-style
 # train.py validating its epoch (`val.run(`), a script saving the model it fit
-# (`model.save(`). An exception under them is not a config error, even when the excerpt
-# shows no progress. (EVAL_FRAME below covers evaluation functions called without their
-# epoch.)
+# (`model.save(`), a scalar written to TensorBoard (a loss or a metric the job computed).
+# IPython 8 names a method with its class ("in ProduceExample.on_epoch_end(self, epoch)");
+# an epoch may be passed as `e` or `ep` ("test_loss = test(e)"). An exception under them is
+# not a config error, even when the excerpt shows no progress. (EVAL_FRAME below covers
+# evaluation functions called without their epoch.)
 TRAINED_FRAME = re.compile(
     r'[/\\]torch[/\\]serialization\.py", line \d+, in _?save\b'
     r'|[/\\]\w*eval_hooks?\.py"'
-    r"|(?:, in |\.py in )(?:_?save_checkpoint|_?save_model|save_pretrained|save_file|_tobytes"
-    r"|save_\w+_weights|save_state"
+    r"|(?:, in |\.py in )(?:\w+\.)?(?:_?save_checkpoint|_?save_model|save_pretrained|save_file"
+    r"|_tobytes|save_\w+_weights|save_state"
     r"|_save_(?:topk|last)_checkpoint"
     r"|_determine_best_metric|_maybe_log_save_evaluate|(?:on_)?(?:validation|train|training)"
     r"_epoch_end|on_epoch_end|on_(?:train|fit)_end|after_(?:train|val)_epoch)\b"
     r"|\b(?:\w+_)?(?:eval|evaluate|valid|validate|validation|test)(?:_\w+)?"
-    r"\((?:[^()]*,\s*)?epoch\s*[,)]"
+    r"\((?:[^()]*,\s*)?(?:\w*epoch\w*|ep|e)\s*[,)]"
     r"|\bhistory\.history\["
     r"|\b(?:val|validate)\.run\("
     r"|\bmodel\.save\("
     r"|[/\\]sklearn[/\\]metrics[/\\]"
+    r"|[/\\](?:torch[/\\]utils[/\\]tensorboard|tensorboardX)[/\\]writer\.py"
+    r'", line \d+, in add_scalars?\b'
 )
 # A frame running an evaluation: `evaluate`, `Evaluation`, `evaluate_prediction`,
 # `validation_step`, `val_step`, `eval_one_epoch`; in a training script's own code (not an

@@ -2436,3 +2436,58 @@ def test_round_47_wordings() -> None:
     assert category(binding) == C.CONFIG_ERROR
     # an indented line that is not gin's still means the output went on
     assert category(binding.replace("  In bindings", "  Training on")) == C.NONE
+
+
+def test_round_48_wordings() -> None:
+    # the GPU driver's library missing from the interpreter's reach (WSL2, a container)
+    driver = (
+        "ImportError: libcuda.so.1: cannot open shared object file: No such file or directory\n"
+    )
+    assert category(TRACEBACK + driver) == C.HIP_RUNTIME_INIT
+    toolkit = (
+        "ImportError: libfoo.so.1: cannot open shared object file: No such file or directory\n"
+    )
+    assert category(TRACEBACK + toolkit) == C.CONFIG_ERROR
+    # TensorFlow's distributed master that could not reach the other tasks
+    master = (
+        "E tensorflow/core/distributed_runtime/master.cc:269] Master init: Unavailable: OS Error\n"
+    )
+    assert category(master) == C.NCCL_DISTRIBUTED
+    # gRPC still retrying a connection to another task where the output ends; not once the
+    # job went on
+    retry = (
+        "I0320 05:57:29.309552659    3803 subchannel.cc:677]          Connect failed:"
+        ' {"description":"Failed to connect to remote host: OS Error","errno":111}\n'
+        "I0320 05:57:29.309786369    3803 subchannel.cc:484]          Retry in 998 milliseconds\n"
+        "I0320 05:57:30.307312499    3796 subchannel.cc:437]          Failed to connect to"
+        " channel, retrying\n"
+    )
+    assert category(retry) == C.NCCL_DISTRIBUTED
+    assert category(retry + "step 100, loss = 0.52\n") == C.NONE
+    error = "RuntimeError: shape '[16, 32, 32]' is invalid for input of size 11264\n"
+    # an evaluation called with the epoch as `e`, a callback IPython names with its class,
+    # a scalar written to TensorBoard: the job had trained
+    by_e = '  File "train.py", line 205, in <module>\n    test_loss = test(e)\n'
+    assert category("Traceback (most recent call last):\n" + by_e + error) == C.UNKNOWN
+    ipython = (
+        "---------------------------------------------------------------------------\n"
+        "StopIteration                             Traceback (most recent call last)\n"
+        "Cell In[47], line 1\n"
+        "----> 1 model.fit(train, epochs=100, callbacks=[example_callback])\n"
+        "\n"
+        "Cell In[42], line 6, in ProduceExample.on_epoch_end(self, epoch, logs)\n"
+        "      5 def on_epoch_end(self, epoch, logs=None) -> None:\n"
+        "----> 6     data = self.dataset.next()\n"
+        "\n"
+        "StopIteration: \n"
+    )
+    assert category(ipython) == C.UNKNOWN
+    assert category(ipython.replace("on_epoch_end(self", "on_setup(self")) == C.CONFIG_ERROR
+    scalar = (
+        '  File "/env/lib/python3.8/site-packages/torch/utils/tensorboard/writer.py", line 353,'
+        " in add_scalar\n    summary = scalar(\n"
+    )
+    assert category(TRACEBACK + scalar + error) == C.UNKNOWN
+    # an argument that only begins with "e" is no epoch
+    by_name = '  File "train.py", line 205, in <module>\n    test_loss = test(env)\n'
+    assert category("Traceback (most recent call last):\n" + by_name + error) == C.CONFIG_ERROR
