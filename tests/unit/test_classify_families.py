@@ -1873,7 +1873,7 @@ def test_an_exception_message_on_the_next_line_reads_past_rank_prefixes() -> Non
     rank = "[rank0]: "
     trace = "".join(rank + line + "\n" for line in TRACEBACK.splitlines())
     text = trace + rank + "AssertionError: \n" + rank + "\n" + rank
-    assert category(text + "Torch not compiled with CUDA enabled\n") == C.HIP_RUNTIME_INIT
+    assert category(text + "Torch not compiled with CUDA enabled\n") == C.CONFIG_ERROR
 
 
 @pytest.mark.parametrize(
@@ -2491,3 +2491,27 @@ def test_round_48_wordings() -> None:
     # an argument that only begins with "e" is no epoch
     by_name = '  File "train.py", line 205, in <module>\n    test_loss = test(env)\n'
     assert category("Traceback (most recent call last):\n" + by_name + error) == C.CONFIG_ERROR
+
+
+def test_round_49_wordings() -> None:
+    # a CPU-only torch asked for the GPU: a setup mistake, not a GPU runtime that failed
+    cpu_only = (
+        '  File "C:\\Anaconda3\\lib\\site-packages\\torch\\cuda\\__init__.py", line 210,'
+        " in _lazy_init\n"
+        '    raise AssertionError("Torch not compiled with CUDA enabled")\n'
+        "AssertionError: Torch not compiled with CUDA enabled\n"
+    )
+    assert category(TRACEBACK + cpu_only) == C.CONFIG_ERROR
+    # PaddlePaddle's error summary for the GPU's memory, under the MemoryError it raises
+    paddle = (
+        "MemoryError:\n"
+        "\n"
+        "----------------------\n"
+        "Error Message Summary:\n"
+        "----------------------\n"
+        "ResourceExhaustedError:\n"
+        "\n"
+        "Out of memory error on GPU 0. Cannot allocate 128.000000MB memory on GPU 0,"
+        " 7.995605GB memory has been allocated and available memory is only 0.000000B.\n"
+    )
+    assert category(paddle) == C.OOM
