@@ -180,9 +180,10 @@ LAST_BYTES = 16 * 1024  # the end of the output kept for `scope: tail` signature
 PADDLE_NOTES = (b"[Hint:", b"[operator <", b"[Advise:", b"[TimeInfo:", b"[SignalInfo:")
 # What gin-config adds under the exception it re-raises: the configurables it was calling
 # ("  In call to configurable 'Runner' (<function Runner.__init__ at 0x...>)") or the binding
-# it was parsing ("  In bindings string line 2", "  In file \"train.gin\", line 3", with the
-# binding itself indented under it).
-GIN_NOTES = (b"In call to configurable '", b"In bindings string line ", b'In file "')
+# it was parsing ("  In bindings string line 2", "  In file \"train.gin\", line 3"), with
+# that binding (and a caret under it) indented deeper on the lines under it.
+GIN_CALL_NOTE = b"In call to configurable '"
+GIN_BINDING_NOTES = (b"In bindings string line ", b'In file "')
 
 
 class Orphan(NamedTuple):
@@ -200,6 +201,9 @@ class Orphan(NamedTuple):
     message_under: bool = False
     trace: Trace | None = None
     chain: int | None = None
+    # the indent of gin's last note naming a binding, whose lines are indented deeper (-1:
+    # none); kept here, as the marks are, so the verdict does not depend on how output came
+    gin_binding: int = -1
 
 
 def _end_of(region: bytes) -> bytes:
@@ -556,12 +560,13 @@ class LiveClassifier(SkippedText):
         """Whether output went on after the pending lone exception line: any line but a
         redraw of a progress row (advance.redraw: the same count again, or the one bar tqdm
         closes as the program exits, at its total or at 0), a note PaddlePaddle prints under
-        its error line (PADDLE_NOTES), gin-config's notes and the indented lines under them
-        (GIN_NOTES), or, under an exception line whose message began on the line under it, an
-        indented line (more of that message)."""
+        its error line (PADDLE_NOTES), gin-config's indented notes and the binding a note
+        names, indented deeper under it (GIN_CALL_NOTE, GIN_BINDING_NOTES), or, under an
+        exception line whose message began on the line under it, an indented line (more of
+        that message)."""
         assert self._orphan is not None
         marks, message_under = self._orphan.marks, self._orphan.message_under
-        gin = False  # under gin's notes, indented lines are more of them
+        binding = self._orphan.gin_binding
         for piece in text.splitlines():
             body, _ = after_rank_prefix(piece)
             if not body.strip():
@@ -571,13 +576,21 @@ class LiveClassifier(SkippedText):
                 continue  # the message goes on under it
             if mark is None and body.lstrip().startswith(PADDLE_NOTES):
                 continue  # Paddle's notes under its error line: more of the same error
-            if mark is None and body[:1] in b" \t" and body.lstrip().startswith(GIN_NOTES):
-                gin = True
-            if mark is None and gin and body[:1] in b" \t":
-                continue  # gin's notes under the exception it re-raised
+            if mark is None:
+                indent = len(body) - len(body.lstrip(b" \t"))
+                if indent > binding >= 0:
+                    continue  # the binding a gin note named, under it (and gin's caret)
+                binding = -1
+                if indent and body.lstrip().startswith(GIN_CALL_NOTE):
+                    continue  # gin's notes under the exception it re-raised
+                if indent and body.lstrip().startswith(GIN_BINDING_NOTES):
+                    binding = indent
+                    continue
             if mark is None or not advance.redraw(mark, marks):
                 return True
             marks.absorb(mark)
+        if binding != self._orphan.gin_binding:
+            self._orphan = self._orphan._replace(gin_binding=binding)
         return False
 
     def _names_it(self, body: bytes) -> bool:

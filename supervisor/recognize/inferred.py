@@ -271,7 +271,11 @@ DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod
 # train.py validating its epoch (`val.run(`), a script saving the model it fit
 # (`model.save(`), a scalar written to TensorBoard (a loss or a metric the job computed).
 # IPython 8 names a method with its class ("in ProduceExample.on_epoch_end(self, epoch)");
-# an epoch may be passed as `e` or `ep` ("test_loss = test(e)"). An exception under them is
+# an epoch may be passed as `e` or `ep` to a test or an evaluation ("test_loss = test(e)"),
+# not to `eval` (Python's own, parsing a config: "[eval(e) for e in dims]") nor to a check
+# (`is_valid(e)`, `validate(e)`). A scalar written to TensorBoard is most often a loss; a
+# setup mistake in the first call (logging the learning rate before the loop) reads as
+# trained too. An exception under them is
 # not a config error, even when the excerpt shows no progress. (EVAL_FRAME below covers
 # evaluation functions called without their epoch.)
 TRAINED_FRAME = re.compile(
@@ -283,7 +287,8 @@ TRAINED_FRAME = re.compile(
     r"|_determine_best_metric|_maybe_log_save_evaluate|(?:on_)?(?:validation|train|training)"
     r"_epoch_end|on_epoch_end|on_(?:train|fit)_end|after_(?:train|val)_epoch)\b"
     r"|\b(?:\w+_)?(?:eval|evaluate|valid|validate|validation|test)(?:_\w+)?"
-    r"\((?:[^()]*,\s*)?(?:\w*epoch\w*|ep|e)\s*[,)]"
+    r"\((?:[^()]*,\s*)?epoch\s*[,)]"
+    r"|\b(?!is_)(?:\w+_)?(?:evaluate|validation|test)(?:_\w+)?\((?:[^()]*,\s*)?(?:ep|e)\s*[,)]"
     r"|\bhistory\.history\["
     r"|\b(?:val|validate)\.run\("
     r"|\bmodel\.save\("

@@ -2366,6 +2366,11 @@ def test_round_45_wordings() -> None:
         " a GPU reset\n"
     )
     assert category(mes) == C.GPU_MEMORY_FAULT
+    # a firmware timeout the workload usually survives is not one
+    misc = (
+        "[  100.1] amdgpu 0000:03:00.0: amdgpu: MES failed to respond to msg=MISC (WAIT_REG_MEM)\n"
+    )
+    assert category(misc) == C.NONE
 
 
 def test_round_46_wordings() -> None:
@@ -2377,16 +2382,17 @@ def test_round_46_wordings() -> None:
         " misaligned address\n"
     )
     assert category(fused) == C.GPU_MEMORY_FAULT
-    # Windows spawning a worker: the pipe to the child broke while the parent pickled for it
+    # Windows spawning a process: every multiprocessing start passes through this frame
+    # (torch.multiprocessing.spawn for DDP too), so it says nothing of DataLoader workers
     spawn = (
         "Traceback (most recent call last):\n"
         '  File "C:\\env\\lib\\multiprocessing\\popen_spawn_win32.py", line 65, in __init__\n'
         "    reduction.dump(process_obj, to_child)\n"
         '  File "C:\\env\\lib\\multiprocessing\\reduction.py", line 60, in dump\n'
         "    ForkingPickler(file, protocol).dump(obj)\n"
-        "BrokenPipeError: [Errno 32] Broken pipe\n"
+        "TypeError: cannot pickle 'generator' object\n"
     )
-    assert category(spawn) == C.DATALOADER_WORKER
+    assert category(spawn) == C.CONFIG_ERROR
     # a launcher that cannot reach another node with ssh, and one that cannot ssh to itself
     check = (
         "subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no node2"
@@ -2399,6 +2405,19 @@ def test_round_46_wordings() -> None:
         "pdsh@head: localhost: ssh exited with exit code 255\n"
     )
     assert category(local) == C.CONFIG_ERROR
+    # the runner's check and pdsh aimed at the machine itself: setup, whatever the wording
+    for itself in (
+        "pdsh@node1: 127.0.0.1: ssh exited with exit code 255\n",
+        "pdsh@node1: node1: ssh exited with exit code 255\n",
+        TRACEBACK + check.replace("node2", "localhost"),
+        TRACEBACK + "RuntimeError: Using hostfile at /job/hostfile but host=localhost was not"
+        " reachable via ssh.\n",
+    ):
+        assert category(itself) == C.CONFIG_ERROR, itself
+    other = (
+        "RuntimeError: Using hostfile at /job/hostfile but host=node2 was not reachable via ssh.\n"
+    )
+    assert category(TRACEBACK + other) == C.NCCL_DISTRIBUTED
 
 
 def test_round_47_wordings() -> None:
@@ -2418,6 +2437,16 @@ def test_round_47_wordings() -> None:
         " [Op:__forward_call_1074]\n"
     )
     assert category(dnn) == C.HIP_RUNTIME_INIT
+    summary = "  (0) Failed precondition: DNN library initialization failed. Look above.\n"
+    assert category(TRACEBACK + "FailedPreconditionError: 2 root error(s) found.\n" + summary) == (
+        C.HIP_RUNTIME_INIT
+    )
+    # a GPU out of memory before it is the cause: cuDNN could not get memory for its handle
+    starved = (
+        "I tensorflow/stream_executor/cuda/cuda_driver.cc:830] failed to allocate 3.75G"
+        " (4026531840 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory\n"
+    )
+    assert category(starved + conv) == C.OOM
     # a CUDA extension's kernel wrapper reporting the runtime's initialization error
     ext = "CUDA kernel failed : initialization error\n"
     assert category(ext) == C.HIP_RUNTIME_INIT
@@ -2433,9 +2462,21 @@ def test_round_47_wordings() -> None:
         "  In bindings string line 2\n"
         "    utils.run.mesh_devices = ['gpu:0']\n"
     )
-    assert category(binding) == C.CONFIG_ERROR
-    # an indented line that is not gin's still means the output went on
+    assert every_way(binding) == {(C.CONFIG_ERROR, 1)}
+    assert every_way(gin) == {(C.CONFIG_ERROR, 1)}
+    # the binding may hold a trigger word; gin's caret goes under it
+    caret = (
+        "ValueError: No configurable matching reference '@ConvNet()'.\n"
+        '  In file "configs/common.gin", line 22\n'
+        "    DataLoader.encoder = @ConvNet()\n"
+        "                         ^\n"
+    )
+    assert every_way(caret) == {(C.CONFIG_ERROR, 1)}
+    # an indented line that is not gin's still means the output went on, and so does one
+    # no deeper than gin's note, or any indented line under a note that names no binding
     assert category(binding.replace("  In bindings", "  Training on")) == C.NONE
+    assert category(caret + "  Evaluating on 1000 episodes\n") == C.NONE
+    assert category(gin + "    Evaluating on 1000 episodes\n") == C.NONE
 
 
 def test_round_48_wordings() -> None:
@@ -2448,22 +2489,29 @@ def test_round_48_wordings() -> None:
         "ImportError: libfoo.so.1: cannot open shared object file: No such file or directory\n"
     )
     assert category(TRACEBACK + toolkit) == C.CONFIG_ERROR
+    wsl = "OSError: /usr/lib/wsl/lib/libcuda.so.1: cannot open shared object file: No such file\n"
+    assert category(TRACEBACK + wsl) == C.HIP_RUNTIME_INIT
+    # printed for an optional import, and the job trained on
+    optional = "cupy unavailable, using numpy\nepoch 1 step 10 loss 0.5\nepoch 2 step 10 loss 0.4\n"
+    assert category(TRACEBACK + driver + optional) == C.NONE
     # TensorFlow's distributed master that could not reach the other tasks
     master = (
         "E tensorflow/core/distributed_runtime/master.cc:269] Master init: Unavailable: OS Error\n"
     )
     assert category(master) == C.NCCL_DISTRIBUTED
-    # gRPC still retrying a connection to another task where the output ends; not once the
-    # job went on
+    # TF1's MonitoredTrainingSession creates the session again: a run that trains on after it
+    # is not failed by it
+    steps = "".join(f"INFO:tensorflow:loss = 0.{i}, step = {i}\n" for i in range(1, 9))
+    assert category(master + steps) == C.NONE
+    # gRPC retrying a connection ends a healthy parameter server's output too (it prints
+    # nothing while the workers train): no finding of its own
     retry = (
-        "I0320 05:57:29.309552659    3803 subchannel.cc:677]          Connect failed:"
-        ' {"description":"Failed to connect to remote host: OS Error","errno":111}\n'
+        "ps 0, running\n"
         "I0320 05:57:29.309786369    3803 subchannel.cc:484]          Retry in 998 milliseconds\n"
         "I0320 05:57:30.307312499    3796 subchannel.cc:437]          Failed to connect to"
         " channel, retrying\n"
     )
-    assert category(retry) == C.NCCL_DISTRIBUTED
-    assert category(retry + "step 100, loss = 0.52\n") == C.NONE
+    assert category(retry) == C.NONE
     error = "RuntimeError: shape '[16, 32, 32]' is invalid for input of size 11264\n"
     # an evaluation called with the epoch as `e`, a callback IPython names with its class,
     # a scalar written to TensorBoard: the job had trained
@@ -2491,6 +2539,26 @@ def test_round_48_wordings() -> None:
     # an argument that only begins with "e" is no epoch
     by_name = '  File "train.py", line 205, in <module>\n    test_loss = test(env)\n'
     assert category("Traceback (most recent call last):\n" + by_name + error) == C.CONFIG_ERROR
+    by_ep = '  File "train.py", line 205, in <module>\n    acc = test(model, loader, ep)\n'
+    assert category("Traceback (most recent call last):\n" + by_ep + error) == C.UNKNOWN
+    # `e` passed to Python's eval, to a check, or the epochs a setup call is given: setup
+    for setup in (
+        '    dims = [eval(e) for e in args.dims.split(",")]',
+        "    sizes = [ast.literal_eval(e) for e in cfg.sizes]",
+        "    samples = [e for e in samples if is_valid(e)]",
+        "    validate(e)",
+        "    validate(val_loader, model, criterion, start_epoch)",
+        "    check_valid_config(cfg, max_epochs)",
+    ):
+        frame = '  File "train.py", line 12, in <module>\n' + setup + "\n"
+        assert category("Traceback (most recent call last):\n" + frame + error) == (
+            C.CONFIG_ERROR
+        ), setup
+    tbx = (
+        '  File "/env/lib/python3.8/site-packages/tensorboardX/writer.py", line 412,'
+        " in add_scalars\n    self._check_caffe2_blob(tag)\n"
+    )
+    assert category(TRACEBACK + tbx + error) == C.UNKNOWN
 
 
 def test_round_49_wordings() -> None:
