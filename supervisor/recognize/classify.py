@@ -181,7 +181,7 @@ PADDLE_NOTES = (b"[Hint:", b"[operator <", b"[Advise:", b"[TimeInfo:", b"[Signal
 # What gin-config adds under the exception it re-raises: the configurables it was calling
 # ("  In call to configurable 'Runner' (<function Runner.__init__ at 0x...>)") or the binding
 # it was parsing ("  In bindings string line 2", "  In file \"train.gin\", line 3"), with
-# that binding (and a caret under it) indented deeper on the lines under it.
+# that binding on the line under it, indented deeper, and maybe a caret under the binding.
 GIN_CALL_NOTE = b"In call to configurable '"
 GIN_BINDING_NOTES = (b"In bindings string line ", b'In file "')
 
@@ -201,9 +201,11 @@ class Orphan(NamedTuple):
     message_under: bool = False
     trace: Trace | None = None
     chain: int | None = None
-    # the indent of gin's last note naming a binding, whose lines are indented deeper (-1:
-    # none); kept here, as the marks are, so the verdict does not depend on how output came
+    # the indent of gin's note naming a binding, whose line comes next, deeper (-1: none);
+    # then the indent under which gin's caret may follow that line. Kept here, as the marks
+    # are, so the verdict does not depend on how the output came.
     gin_binding: int = -1
+    gin_caret: int = -1
 
 
 def _end_of(region: bytes) -> bytes:
@@ -560,27 +562,30 @@ class LiveClassifier(SkippedText):
         """Whether output went on after the pending lone exception line: any line but a
         redraw of a progress row (advance.redraw: the same count again, or the one bar tqdm
         closes as the program exits, at its total or at 0), a note PaddlePaddle prints under
-        its error line (PADDLE_NOTES), gin-config's indented notes and the binding a note
-        names, indented deeper under it (GIN_CALL_NOTE, GIN_BINDING_NOTES), or, under an
+        its error line (PADDLE_NOTES), gin-config's indented notes and the binding line a
+        note names under it, with its caret (GIN_CALL_NOTE, GIN_BINDING_NOTES), or, under an
         exception line whose message began on the line under it, an indented line (more of
         that message)."""
         assert self._orphan is not None
         marks, message_under = self._orphan.marks, self._orphan.message_under
-        binding = self._orphan.gin_binding
+        binding, caret = self._orphan.gin_binding, self._orphan.gin_caret
         for piece in text.splitlines():
             body, _ = after_rank_prefix(piece)
             if not body.strip():
                 continue
+            indent = len(body) - len(body.lstrip(b" \t"))
+            awaited, binding, under, caret = binding, -1, caret, -1
+            if indent > awaited >= 0:
+                caret = awaited
+                continue  # the binding a gin note named (whatever it holds)
+            if indent > under >= 0 and body.strip() == b"^":
+                continue  # gin's caret under that binding
             mark = advance.parse(cut(body))
             if mark is None and message_under and body[:1] in b" \t":
                 continue  # the message goes on under it
             if mark is None and body.lstrip().startswith(PADDLE_NOTES):
                 continue  # Paddle's notes under its error line: more of the same error
             if mark is None:
-                indent = len(body) - len(body.lstrip(b" \t"))
-                if indent > binding >= 0:
-                    continue  # the binding a gin note named, under it (and gin's caret)
-                binding = -1
                 if indent and body.lstrip().startswith(GIN_CALL_NOTE):
                     continue  # gin's notes under the exception it re-raised
                 if indent and body.lstrip().startswith(GIN_BINDING_NOTES):
@@ -589,8 +594,8 @@ class LiveClassifier(SkippedText):
             if mark is None or not advance.redraw(mark, marks):
                 return True
             marks.absorb(mark)
-        if binding != self._orphan.gin_binding:
-            self._orphan = self._orphan._replace(gin_binding=binding)
+        if (binding, caret) != (self._orphan.gin_binding, self._orphan.gin_caret):
+            self._orphan = self._orphan._replace(gin_binding=binding, gin_caret=caret)
         return False
 
     def _names_it(self, body: bytes) -> bool:

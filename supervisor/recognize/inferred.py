@@ -269,15 +269,15 @@ DISTRIBUTED_FRAME = re.compile(r"[/\\](?:torch[/\\]distributed|deepspeed|horovod
 # hooks), reading the History that Keras' fit() returned once it finished
 # (`history.history['acc']`), a metric scikit-learn computes on predictions, a YOLOv5-style
 # train.py validating its epoch (`val.run(`), a script saving the model it fit
-# (`model.save(`), a scalar written to TensorBoard (a loss or a metric the job computed).
-# IPython 8 names a method with its class ("in ProduceExample.on_epoch_end(self, epoch)");
-# an epoch may be passed as `e` or `ep` to a test or an evaluation ("test_loss = test(e)"),
-# not to `eval` (Python's own, parsing a config: "[eval(e) for e in dims]") nor to a check
-# (`is_valid(e)`, `validate(e)`). A scalar written to TensorBoard is most often a loss; a
-# setup mistake in the first call (logging the learning rate before the loop) reads as
-# trained too. An exception under them is
-# not a config error, even when the excerpt shows no progress. (EVAL_FRAME below covers
-# evaluation functions called without their epoch.)
+# (`model.save(`), a scalar written to TensorBoard (most often a loss; a setup mistake in
+# the first call, logging the learning rate before the loop, reads as trained too).
+# IPython 8 names a method with its class ("in ProduceExample.on_epoch_end(self, epoch)").
+# An epoch may be passed as `e` or `ep` to the script's own `test`, `evaluate` or
+# `validation` ("test_loss = test(e)"), but not to a name that only holds those words
+# (`load_test_split(e)`, `numexpr.evaluate(e)`), to `eval` (Python's own, parsing a config:
+# "[eval(e) for e in dims]") nor to a check (`is_valid(e)`, `validate(e)`). An exception
+# under them is not a config error, even when the excerpt shows no progress. (EVAL_FRAME
+# below covers evaluation functions called without their epoch.)
 TRAINED_FRAME = re.compile(
     r'[/\\]torch[/\\]serialization\.py", line \d+, in _?save\b'
     r'|[/\\]\w*eval_hooks?\.py"'
@@ -288,7 +288,7 @@ TRAINED_FRAME = re.compile(
     r"_epoch_end|on_epoch_end|on_(?:train|fit)_end|after_(?:train|val)_epoch)\b"
     r"|\b(?:\w+_)?(?:eval|evaluate|valid|validate|validation|test)(?:_\w+)?"
     r"\((?:[^()]*,\s*)?epoch\s*[,)]"
-    r"|\b(?!is_)(?:\w+_)?(?:evaluate|validation|test)(?:_\w+)?\((?:[^()]*,\s*)?(?:ep|e)\s*[,)]"
+    r"|(?<![\w.])(?:self\.)?(?:evaluate|validation|test)\((?:[^()]*,\s*)?(?:ep|e)\s*[,)]"
     r"|\bhistory\.history\["
     r"|\b(?:val|validate)\.run\("
     r"|\bmodel\.save\("

@@ -2447,6 +2447,18 @@ def test_round_47_wordings() -> None:
         " (4026531840 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory\n"
     )
     assert category(starved + conv) == C.OOM
+    # and so in the wordings that name the exception (TensorFlow's, JAX's)
+    raised = (
+        "tensorflow.python.framework.errors_impl.UnknownError: Failed to get convolution"
+        " algorithm. This is probably because cuDNN failed to initialize, so try looking\n"
+    )
+    assert category(TRACEBACK + raised) == C.HIP_RUNTIME_INIT
+    assert category(starved + TRACEBACK + raised) == C.OOM
+    jax = (
+        "jaxlib.xla_extension.XlaRuntimeError: FAILED_PRECONDITION:"
+        " DNN library initialization failed.\n"
+    )
+    assert category(starved + TRACEBACK + jax) == C.OOM
     # a CUDA extension's kernel wrapper reporting the runtime's initialization error
     ext = "CUDA kernel failed : initialization error\n"
     assert category(ext) == C.HIP_RUNTIME_INIT
@@ -2477,6 +2489,10 @@ def test_round_47_wordings() -> None:
     assert category(binding.replace("  In bindings", "  Training on")) == C.NONE
     assert category(caret + "  Evaluating on 1000 episodes\n") == C.NONE
     assert category(gin + "    Evaluating on 1000 episodes\n") == C.NONE
+    # only the binding line and its caret: a second deeper line is output going on, and a
+    # binding that looks like progress is still the binding
+    assert category(binding + "    Evaluating on 1000 episodes\n") == C.NONE
+    assert every_way(binding.replace("['gpu:0']", "'Epoch 3'")) == {(C.CONFIG_ERROR, 1)}
 
 
 def test_round_48_wordings() -> None:
@@ -2541,8 +2557,11 @@ def test_round_48_wordings() -> None:
     assert category("Traceback (most recent call last):\n" + by_name + error) == C.CONFIG_ERROR
     by_ep = '  File "train.py", line 205, in <module>\n    acc = test(model, loader, ep)\n'
     assert category("Traceback (most recent call last):\n" + by_ep + error) == C.UNKNOWN
-    # `e` passed to Python's eval, to a check, or the epochs a setup call is given: setup
+    # `e` passed to Python's eval, to a check, to a name that only holds "test" or
+    # "evaluate", or the epochs a setup call is given: setup
     for setup in (
+        "    x = [load_test_split(e) for e in cfg.datasets]",
+        "    x = [numexpr.evaluate(e) for e in cfg.sizes]",
         '    dims = [eval(e) for e in args.dims.split(",")]',
         "    sizes = [ast.literal_eval(e) for e in cfg.sizes]",
         "    samples = [e for e in samples if is_valid(e)]",
@@ -2570,6 +2589,9 @@ def test_round_49_wordings() -> None:
         "AssertionError: Torch not compiled with CUDA enabled\n"
     )
     assert category(TRACEBACK + cpu_only) == C.CONFIG_ERROR
+    # printed as a script tried the GPU, and the job trained on with the CPU
+    cpu = "epoch 1 step 10 loss 0.5\nepoch 2 step 10 loss 0.4\n"
+    assert category(TRACEBACK + cpu_only + cpu) == C.NONE
     # PaddlePaddle's error summary for the GPU's memory, under the MemoryError it raises
     paddle = (
         "MemoryError:\n"
