@@ -16,6 +16,7 @@ from rsup.supervisor.core.plan import Plan
 from rsup.supervisor.core.spec import JobSpec
 from rsup.supervisor.core.states import JobState
 from rsup.supervisor.recognize.diagnosis import Diagnosis
+from rsup.supervisor.recognize.offline import diagnose_text
 from rsup.supervisor.recognize.ranks import RankFailure
 from rsup.workers import constants as C
 
@@ -62,6 +63,25 @@ def test_sigkill_with_a_kernel_oom_line_is_host_oom_but_not_after_a_kill_drill()
     assert conclude(Evidence(Diagnosis(C.NONE), signal=9, oom_line=line)).category == C.HOST_OOM
     drill = conclude(Evidence(Diagnosis(C.NONE), signal=9, oom_line=line, drills_fired=("kill",)))
     assert drill.category == C.KILLED and "kill drill" in drill.evidence[0]
+
+
+def test_the_kill_drill_stays_killed_when_rsup_cleaned_up_after_it() -> None:
+    # rsup's own note on the processes the job left behind names SIGKILL as what rsup sends
+    # next: not what ended the job (nor the SIGKILL a kernel's OOM killer would send)
+    output = (
+        "      10/20   0G   3.173   2.039   2.271   26   160: 37% 3/8 1.1it/s\n"
+        "rsup drill: kill at epoch 10/20, batch 4/8\n"
+        "rsup: the job exited, leaving 1 process(es) behind: sent SIGTERM; any still running"
+        " in 5 s get SIGKILL\n"
+    )
+    diagnosis = diagnose_text(output)
+    assert diagnosis.category == C.NONE
+    drill = conclude(Evidence(diagnosis, signal=9, drills_fired=("kill",)))
+    assert drill.category == C.KILLED and "kill drill" in drill.evidence[0]
+    # a crash that left processes behind is the crash
+    crash = 'Traceback (most recent call last):\n  File "t.py", line 1, in <module>\n'
+    later = "epoch 3/20 loss 0.4\n" + crash + "KeyError: 'x'\n" + output.splitlines(True)[2]
+    assert diagnose_text(later).category == C.UNKNOWN
 
 
 def test_a_signal_from_outside_that_nothing_explains_is_killed() -> None:
