@@ -58,6 +58,25 @@ PUMP_MAX = 16 * READ_CHUNK  # bound a burst of copying so signals are still seen
 REST = 0.004
 SCAN_FIRST, SCAN_MAX = 0.02, 0.5  # seconds between looks at a tree that is ending
 ORPHAN_GRACE_MAX = 5.0
+
+# rsup's own notes in output.log as it stops the tree. They name the signals rsup sends,
+# never what ended the job: the harmless entry "rsup-shim-note" in signatures.yaml must
+# match each of them (a unit test formats every one and reads it).
+NOTE_STOP = (
+    "rsup: stop requested ({got}): sent {sent} to {n} process(es);"
+    " any still running in {grace:g} s get SIGKILL"
+)
+NOTE_FORCE = "rsup: forced stop requested (SIGUSR1): killing every process"
+NOTE_ORPHANS = (
+    "rsup: the job exited, leaving {n} process(es) behind:"
+    " sent SIGTERM; any still running in {grace:g} s get SIGKILL"
+)
+NOTE_OUTLIVED = "rsup: {n} process(es) outlived the grace: sending SIGKILL"
+NOTE_STUCK = (
+    "rsup: process(es) {pids} survived SIGKILL for {timeout:g} s"
+    " (stuck in the kernel, e.g. in a GPU driver); giving up on them"
+)
+NOTES = (NOTE_STOP, NOTE_FORCE, NOTE_ORPHANS, NOTE_OUTLIVED, NOTE_STUCK)
 KILL_TIMEOUT = 10.0  # SIGKILL passes before giving up on a process stuck in the kernel
 DRAIN_TIMEOUT = 2.0  # a writer outside the tree could hold the pipe open for ever
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # named only from Python 3.10
@@ -176,9 +195,12 @@ class Shim:
             return  # already ending; a repeated request changes nothing
         sent = self._signal(proctree.living_descendants(self.pid), self.opts.stop_signal)
         self.log.note(
-            f"rsup: stop requested ({signal_name(signum)}): sent"
-            f" {signal_name(self.opts.stop_signal)} to {len(sent)} process(es);"
-            f" any still running in {self.opts.grace:g} s get SIGKILL"
+            NOTE_STOP.format(
+                got=signal_name(signum),
+                sent=signal_name(self.opts.stop_signal),
+                n=len(sent),
+                grace=self.opts.grace,
+            )
         )
         # RUNNING -> STOPPING
         self._move(Phase.STOPPING, time.monotonic() + self.opts.grace)
@@ -187,7 +209,7 @@ class Shim:
         """SIGUSR1: SIGKILL the whole tree now."""
         self.stop_requested = self.forced = True
         if self.phase in (Phase.RUNNING, Phase.STOPPING, Phase.ORPHANS):
-            self.log.note("rsup: forced stop requested (SIGUSR1): killing every process")
+            self.log.note(NOTE_FORCE)
             # RUNNING/STOPPING/ORPHANS -> KILLING
             self._move(Phase.KILLING)
 
@@ -214,10 +236,7 @@ class Shim:
             return
         grace = min(self.opts.grace, ORPHAN_GRACE_MAX)
         self._signal(left, signal.SIGTERM)
-        self.log.note(
-            f"rsup: the job exited, leaving {len(left)} process(es) behind:"
-            f" sent SIGTERM; any still running in {grace:g} s get SIGKILL"
-        )
+        self.log.note(NOTE_ORPHANS.format(n=len(left), grace=grace))
         # RUNNING -> ORPHANS
         self._move(Phase.ORPHANS, now + grace)
 
@@ -230,7 +249,7 @@ class Shim:
             # STOPPING/ORPHANS -> DRAINING: everyone obeyed
             self._move(Phase.DRAINING, now + DRAIN_TIMEOUT)
         elif now >= self.deadline:
-            self.log.note(f"rsup: {len(left)} process(es) outlived the grace: sending SIGKILL")
+            self.log.note(NOTE_OUTLIVED.format(n=len(left)))
             # STOPPING/ORPHANS -> KILLING
             self._move(Phase.KILLING)
         else:
@@ -245,10 +264,7 @@ class Shim:
         self._remember(killed)
         if self.survivors:
             pids = " ".join(str(p.pid) for p in self.survivors)
-            self.log.note(
-                f"rsup: process(es) {pids} survived SIGKILL for {KILL_TIMEOUT:g} s"
-                " (stuck in the kernel, e.g. in a GPU driver); giving up on them"
-            )
+            self.log.note(NOTE_STUCK.format(pids=pids, timeout=KILL_TIMEOUT))
         # KILLING -> DRAINING
         self._move(Phase.DRAINING, time.monotonic() + DRAIN_TIMEOUT)
 
