@@ -2605,3 +2605,49 @@ def test_round_49_wordings() -> None:
         " 7.995605GB memory has been allocated and available memory is only 0.000000B.\n"
     )
     assert category(paddle) == C.OOM
+
+
+def test_round_51_wordings() -> None:
+    # PaddlePaddle's loader that cannot open cuDNN, as Paddle 1 and Paddle 2 print it
+    paddle1 = (
+        "Error Message Summary:\n"
+        "----------------------\n"
+        "Error: Cannot load cudnn shared library. Cannot invoke method cudnnGetVersion at"
+        " (/paddle/paddle/fluid/platform/dynload/cudnn.cc:63)\n"
+    )
+    assert category(paddle1) == C.HIP_RUNTIME_INIT
+    paddle2 = (
+        "PreconditionNotMetError: Cannot load cudnn shared library. Cannot invoke method"
+        " cudnnGetVersion.\n"
+        "  [Hint: cudnn_dso_handle should not be null.] (at /paddle/phi/backends/dynload/"
+        "cudnn.cc:64)\n"
+    )
+    assert category(paddle2) == C.HIP_RUNTIME_INIT
+    assert category("I0101 paddle: will not load cudnn shared library here\n") == C.NONE
+    # Caffe2's gloo pair that never connected to its peer
+    gloo = (
+        TRACEBACK + "RuntimeError: [/src/third_party/gloo/gloo/transport/tcp/pair.cc:611]"
+        " Connect timeout [172.17.27.13]:27023\n"
+    )
+    assert category(gloo) == C.NCCL_DISTRIBUTED
+    # one SLURM task failed on its own and srun cancelled the step: the failure, not a kill
+    failed_first = (
+        "srun: error: node1: task 5: Exited with exit code 1\n"
+        "srun: launch/slurm: _step_signal: Terminating StepId=43575862.0\n"
+        "slurmstepd: error: *** STEP 43575862.0 ON node1 CANCELLED AT 2021-07-14T08:00:36 ***\n"
+        "srun: error: node1: tasks 3,7: Killed\n"
+    )
+    assert category(failed_first) == C.UNKNOWN
+    # a requeue (or a time limit) first: the tasks' exits under it are the cancel's doing
+    cancelled_first = (
+        "slurmstepd: error: *** JOB 608 ON node1 CANCELLED AT 2022-08-12T02:06:12"
+        " DUE TO JOB REQUEUE ***\n"
+        "srun: error: node1: tasks 2-3: Exited with exit code 1\n"
+    )
+    assert category(cancelled_first) == C.KILLED
+    # a shell's 128 + signal is a signal, not the task's own error
+    signalled = "srun: error: node1: task 0: Exited with exit code 143\n"
+    assert category(signalled) != C.UNKNOWN
+    # the task's own error above still names the cause
+    oom = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    assert category(TRACEBACK + oom + failed_first) == C.OOM
