@@ -2651,3 +2651,47 @@ def test_round_51_wordings() -> None:
     # the task's own error above still names the cause
     oom = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
     assert category(TRACEBACK + oom + failed_first) == C.OOM
+
+
+def test_round_52_wordings() -> None:
+    # torch's JIT compiler too old for the card
+    nvrtc = "RuntimeError: nvrtc: error: invalid value for --gpu-architecture (-arch)\n"
+    assert category(TRACEBACK + nvrtc) == C.HIP_RUNTIME_INIT
+    # torch's too-old-GPU warning: the end of the output, or excused by the job going on
+    old = (
+        "/x/torch/cuda/__init__.py:87: UserWarning: \n"
+        "    Found GPU0 Ellesmere [Radeon RX 470/480/570/570X/580/580X] which is of cuda"
+        " capability 3.0.\n"
+        "    PyTorch no longer supports this GPU because it is too old.\n"
+        "    The minimum cuda capability that we support is 3.5.\n"
+        "    \n"
+        "  warnings.warn(old_gpu_warn % (d, name, major, capability[1]))\n"
+    )
+    assert category(old) == C.HIP_RUNTIME_INIT
+    assert category(old + "tensor([9], device='cuda:0')\n") == C.NONE
+    no_kernel = (
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device\n"
+    )
+    assert category(old + "Processing: 01.jpg\n" + TRACEBACK + no_kernel) == C.HIP_RUNTIME_INIT
+    # a checkpoint that does not fit the model, its RuntimeError line cut off
+    mismatch = "".join(
+        f"\tsize mismatch for layer4.{i}.bn2.bias: copying a param with shape"
+        " torch.Size([512]) from checkpoint, the shape in current model is torch.Size([2048]).\n"
+        for i in range(3)
+    )
+    assert category(mismatch) == C.CONFIG_ERROR
+    assert category(mismatch + "Epoch [1][50/500] loss: 1.2\n") == C.NONE  # a loader that warns
+    # multiprocessing's bootstrapping message without its RuntimeError line
+    bootstrap = (
+        " An attempt has been made to start a new process before the\n"
+        "        current process has finished its bootstrapping phase.\n"
+        "\n"
+        "        This probably means that you are not using fork to start your\n"
+    )
+    assert category(bootstrap) == C.DATALOADER_WORKER
+    # Windows: a spawned worker given a tensor whose storage cannot be shared
+    mapping = (
+        "RuntimeError: Couldn't open shared file mapping: <torch_13684_4004974554>,"
+        " error code: <0>\n"
+    )
+    assert category(TRACEBACK + mapping) == C.DATALOADER_WORKER
