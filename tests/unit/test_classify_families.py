@@ -2695,3 +2695,56 @@ def test_round_52_wordings() -> None:
         " error code: <0>\n"
     )
     assert category(TRACEBACK + mapping) == C.DATALOADER_WORKER
+
+
+def test_round_53_wordings() -> None:
+    # Caffe refusing the net it was given: a setup mistake, not a native crash
+    glog = "F1009 16:28:01.030027 19950 net.cpp:753] Check failed: "
+    stack = (
+        "*** Check failure stack trace: ***\n    @     0x7f4c2c149f5d  google::LogMessage::Fail()\n"
+    )
+    for refused in (
+        "registry.count(type) == 1 (0 vs. 1) Unknown layer type: Python (known types: AbsVal)",
+        "registry.count(type) == 0 (1 vs. 0) Layer type Convolution already registered.",
+        "target_blobs.size() == source_layer.blobs_size() (1 vs. 2) Incompatible number of"
+        " blobs for layer conv0",
+        "target_blobs[j]->shape() == source_blob->shape() Cannot copy param 0 weights from"
+        " layer 'fc8'; shape mismatch.",
+    ):
+        assert category(glog + refused + "\n" + stack) == C.CONFIG_ERROR, refused
+    # another CHECK is still a native abort
+    assert category(glog + "count_ == other.count() (4 vs. 8)\n" + stack) == C.SEGFAULT_ABORT
+    # TensorFlow 1 restoring a checkpoint of another graph
+    restore = (
+        "NotFoundError (see above for traceback): Key BoxPredictor_0/BoxEncodingPredictor/"
+        "biases/ExponentialMovingAverage not found in checkpoint\n"
+        "         [[Node: save/RestoreV2 = RestoreV2[dtypes=[DT_FLOAT, DT_INT64]]]\n"
+    )
+    assert category(restore) == C.CONFIG_ERROR
+    # cuBLAS that could not start: the runtime, unless the GPU's memory ran out with it
+    cublas = (
+        "RuntimeError: cublas runtime error : library not initialized at"
+        " /b/wheel/pytorch-src/torch/lib/THC/THCGeneral.c:394\n"
+    )
+    assert category(TRACEBACK + cublas) == C.HIP_RUNTIME_INIT
+    oom = (
+        "E tensorflow/stream_executor/cuda/cuda_driver.cc:890] failed to alloc 2.00G:"
+        " CUDA_ERROR_OUT_OF_MEMORY: out of memory\n"
+    )
+    status = (
+        "E tensorflow/stream_executor/cuda/cuda_blas.cc:238] failed to create cublas handle:"
+        " CUBLAS_STATUS_NOT_INITIALIZED\n"
+    )
+    assert category(oom + status) == C.OOM
+    # ranks that disagree on a collective
+    mismatch = (
+        "RuntimeError: Detected mismatch between collectives on ranks. Rank 2 is running"
+        " collective: CollectiveFingerPrint(SequenceNumber=14370, OpType=BROADCAST)\n"
+    )
+    assert category(TRACEBACK + mismatch) == C.NCCL_DISTRIBUTED
+    horovod = (
+        "[1,2]<stderr>:tensorflow.python.framework.errors_impl.FailedPreconditionError:"
+        " Mismatched ALLREDUCE CPU/GPU device selection: One rank specified device GPU, but"
+        " another rank specified device CPU.\n"
+    )
+    assert category(horovod) == C.NCCL_DISTRIBUTED
