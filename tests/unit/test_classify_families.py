@@ -2748,3 +2748,25 @@ def test_round_53_wordings() -> None:
         " another rank specified device CPU.\n"
     )
     assert category(horovod) == C.NCCL_DISTRIBUTED
+
+
+def test_round_54_wordings() -> None:
+    # (Lua) Torch's allocator out of RAM, its line holding no "Error", above a Lua traceback
+    lua = (
+        "/usr/local/torch/install/bin/luajit: $ Torch: not enough memory: you tried to"
+        " allocate 2GB. Buy new RAM! at /tmp/torch7/lib/TH/THGeneral.c:266\n"
+        "stack traceback:\n"
+        "\t[C]: in function 'Tensor'\n"
+        "\ttrain.lua:337: in function 'train'\n"
+    )
+    assert category(lua) == C.HOST_OOM
+    # TensorFlow on ROCm failing to allocate on the device, and nothing after it
+    rocm = "".join(
+        f"2019-06-11 09:44:13.45216{i}: E tensorflow/stream_executor/rocm/rocm_driver.cc:630]"
+        f" failed to allocate {size} (6951051776 bytes) from device: hipError_t(1002)\n"
+        for i, size in enumerate(("6.47G", "5.83G", "5.24G"))
+    )
+    assert category(rocm) == C.OOM
+    # the allocator shrinking its request and training going on: lived through
+    trained = "Epoch 1/10\n10/100 [==>...] - loss: 0.52\n20/100 [====>...] - loss: 0.49\n"
+    assert category(rocm + trained) == C.NONE
