@@ -184,6 +184,13 @@ PADDLE_NOTES = (b"[Hint:", b"[operator <", b"[Advise:", b"[TimeInfo:", b"[Signal
 # that binding on the line under it, indented deeper, and maybe a caret under the binding.
 GIN_CALL_NOTE = b"In call to configurable '"
 GIN_BINDING_NOTES = (b"In bindings string line ", b'In file "')
+# The lines NumPy 1.24+ prints under "AttributeError: module 'numpy' has no attribute
+# 'float'.": which alias it was, and where it was deprecated (the link on its own line).
+NUMPY_ALIAS_NOTES = (
+    b"`np.",
+    b"The aliases was originally deprecated in NumPy ",
+    b"https://numpy.org/devdocs/release/",
+)
 
 
 class Orphan(NamedTuple):
@@ -562,7 +569,8 @@ class LiveClassifier(SkippedText):
         """Whether output went on after the pending lone exception line: any line but a
         redraw of a progress row (advance.redraw: the same count again, or the one bar tqdm
         closes as the program exits, at its total or at 0), a note PaddlePaddle prints under
-        its error line (PADDLE_NOTES), gin-config's indented notes and the binding line a
+        its error line (PADDLE_NOTES), NumPy's notes on a removed alias (NUMPY_ALIAS_NOTES),
+        gin-config's indented notes and the binding line a
         note names under it, with its caret (GIN_CALL_NOTE, GIN_BINDING_NOTES), or, under an
         exception line whose message began on the line under it, an indented line (more of
         that message)."""
@@ -585,6 +593,8 @@ class LiveClassifier(SkippedText):
                 continue  # the message goes on under it
             if mark is None and body.lstrip().startswith(PADDLE_NOTES):
                 continue  # Paddle's notes under its error line: more of the same error
+            if mark is None and body.lstrip().startswith(NUMPY_ALIAS_NOTES):
+                continue  # NumPy's notes on the alias it removed: more of its message
             if mark is None:
                 if indent and body.lstrip().startswith(GIN_CALL_NOTE):
                     continue  # gin's notes under the exception it re-raised

@@ -2770,3 +2770,36 @@ def test_round_54_wordings() -> None:
     # the allocator shrinking its request and training going on: lived through
     trained = "Epoch 1/10\n10/100 [==>...] - loss: 0.52\n20/100 [====>...] - loss: 0.49\n"
     assert category(rocm + trained) == C.NONE
+
+
+def test_round_55_wordings() -> None:
+    # NumPy 1.24's notes under a removed alias are more of its AttributeError
+    numpy = (
+        "AttributeError: module 'numpy' has no attribute 'float'.\n"
+        "`np.float` was a deprecated alias for the builtin `float`. To avoid this error in"
+        " existing code, use `float` by itself.\n"
+        "The aliases was originally deprecated in NumPy 1.20; for more details and guidance"
+        " see the original release note at:\n"
+        "    https://numpy.org/devdocs/release/1.20.0-notes.html#deprecations\n"
+    )
+    assert category(numpy) == C.CONFIG_ERROR
+    assert category(numpy.splitlines(True)[0] + "epoch 1 step 5 loss 0.3\n") == C.NONE
+    # MPS's assertion, its path without the leading slash and quoted with '
+    mps = (
+        "AppleInternal/Library/BuildRoots/20d6c351/Library/Caches/com.apple.xbs/Sources/"
+        "MetalPerformanceShaders/MPSCore/Types/MPSNDArray.mm:705: failed assertion"
+        " '[MPSNDArray initWithDevice:descriptor:] Error: product of dimension sizes > 2**31'\n"
+    )
+    assert category(mps) == C.SEGFAULT_ABORT
+    # an abort glued to the message before it
+    faiss = (
+        "Faiss assertion index.ntotal == 0 failed in virtual void faiss::Clustering::train("
+        "faiss::Clustering::idx_t, const float*, faiss::Index&) at Clustering.cpp:152Aborted"
+        " (core dumped)\n"
+    )
+    assert category(faiss) == C.SEGFAULT_ABORT
+    # macOS shells name the signal's number
+    bar = "  0%|                                          | 0/409 [00:00<?, ?b/s]"
+    assert category(bar + "Bus error: 10\n") == C.SEGFAULT_ABORT
+    assert category("Illegal instruction: 4\n") == C.SEGFAULT_ABORT
+    assert category("loss: Bus error: 10 samples skipped, go on\n") == C.NONE
