@@ -2803,3 +2803,52 @@ def test_round_55_wordings() -> None:
     assert category(bar + "Bus error: 10\n") == C.SEGFAULT_ABORT
     assert category("Illegal instruction: 4\n") == C.SEGFAULT_ABORT
     assert category("loss: Bus error: 10 samples skipped, go on\n") == C.NONE
+
+
+def test_round_56_wordings() -> None:
+    # vLLM with too little GPU memory left for its KV cache
+    blocks = (
+        "ValueError: No available memory for the cache blocks. Try increasing"
+        " `gpu_memory_utilization` when initializing the engine.\n"
+    )
+    assert category(TRACEBACK + blocks) == C.OOM
+    seq = (
+        "The model's max seq len (29000) is larger than the maximum number of tokens that can"
+        " be stored in KV cache (23648). Try increasing `gpu_memory_utilization` or decreasing"
+        " `max_model_len` when initializing the engine.\n"
+    )
+    assert category("# GPU blocks: 1478, # CPU blocks: 2048\n" + seq) == C.OOM
+    assert category(TRACEBACK + "ValueError: " + seq) == C.OOM
+    # Windows: torch cannot load its GPU DLLs (any locale); its CPU library is not this
+    dll = (
+        "OSError: [WinError 126] {}. Error loading"
+        ' "C:\\app\\venv\\lib\\site-packages\\torch\\lib\\{}.dll" or one of its dependencies.\n'
+    )
+    gpu = dll.format("The specified module could not be found", "caffe2_nvrtc")
+    assert category(TRACEBACK + gpu) == C.HIP_RUNTIME_INIT
+    zh = dll.format("找不到指定的模块。", "caffe2_nvrtc")
+    assert category(TRACEBACK + zh) == C.HIP_RUNTIME_INIT
+    cpu = dll.format("The specified module could not be found", "c10")
+    assert category(TRACEBACK + cpu) != C.HIP_RUNTIME_INIT
+    # torch's warning for a GPU its build has no kernels for, on the warning's own line
+    sm = (
+        "/x/torch/cuda/__init__.py:125: UserWarning: NVIDIA RTX A6000 with CUDA capability"
+        " sm_86 is not compatible with the current PyTorch installation.\n"
+    )
+    assert category(sm) == C.HIP_RUNTIME_INIT
+    assert category(sm + "epoch 1 step 10 loss 0.5\nepoch 2 step 10 loss 0.4\n") == C.NONE
+    assert category("/x/a.py:3: UserWarning: the sm_86 build is slow\n") == C.NONE
+    # a quantized model loaded on another device than the training one
+    quant = (
+        "ValueError: You can't train a model that has been loaded in 8-bit precision on a"
+        " different device than the one you're training on. Make sure you loaded\n"
+        "the model on the correct device using for example `device_map={'':0}`\n"
+    )
+    assert category(quant) == C.CONFIG_ERROR
+    # Ascend HCCL's error code after the failure's name
+    hccl = (
+        "[PID: 749] 2025-12-29-03:16:15.787.356 Get_Socket_Timeout(EI0006): Getting socket"
+        " times out. Reason: 1. The remote does not initiate a connect request.\n"
+        "        Solution: 1. Check the rank service processes with other errors.\n"
+    )
+    assert category(hccl) == C.NCCL_DISTRIBUTED
