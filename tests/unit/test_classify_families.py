@@ -2623,7 +2623,19 @@ def test_round_51_wordings() -> None:
         "cudnn.cc:64)\n"
     )
     assert category(paddle2) == C.HIP_RUNTIME_INIT
-    assert category("I0101 paddle: will not load cudnn shared library here\n") == C.NONE
+    # Paddle's loader on ROCm
+    miopen = (
+        "RuntimeError: (PreconditionNotMet) Cannot load miopen shared library. Cannot invoke"
+        " method miopenGetVersion.\n"
+    )
+    assert category(TRACEBACK + miopen) == C.HIP_RUNTIME_INIT
+    # a healthy loader's warning that names an error and a library it looked for
+    looked = (
+        "W0101 00:00:00.000000 1 dynamic_loader.cc:278] The third-party dynamic library"
+        " (libcudnn.so) that Paddle depends on is not configured correctly. (error code is"
+        " libcudnn.so: cannot open shared object file)\n"
+    )
+    assert category(looked + "epoch 1 step 10 loss 0.5\nepoch 2 step 10 loss 0.4\n") == C.NONE
     # Caffe2's gloo pair that never connected to its peer
     gloo = (
         TRACEBACK + "RuntimeError: [/src/third_party/gloo/gloo/transport/tcp/pair.cc:611]"
@@ -2647,7 +2659,15 @@ def test_round_51_wordings() -> None:
     assert category(cancelled_first) == C.KILLED
     # a shell's 128 + signal is a signal, not the task's own error
     signalled = "srun: error: node1: task 0: Exited with exit code 143\n"
-    assert category(signalled) != C.UNKNOWN
+    assert category(signalled) == C.KILLED
+    # a failed earlier step of the batch script, then training, then the time limit
+    prep = "srun: error: node1: task 0: Exited with exit code 1\n"
+    epochs = "Epoch 1/20 loss 0.8\nEpoch 2/20 loss 0.7\nEpoch 7/20 loss 0.2\n"
+    limit = (
+        "slurmstepd: error: *** JOB 608 ON node1 CANCELLED AT 2021-07-14T08:00:36"
+        " DUE TO TIME LIMIT ***\n"
+    )
+    assert category(prep + epochs + limit) == C.KILLED
     # the task's own error above still names the cause
     oom = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
     assert category(TRACEBACK + oom + failed_first) == C.OOM
@@ -2852,3 +2872,74 @@ def test_round_56_wordings() -> None:
         "        Solution: 1. Check the rank service processes with other errors.\n"
     )
     assert category(hccl) == C.NCCL_DISTRIBUTED
+
+
+def test_round_51_56_review_cases() -> None:
+    # cuBLAS that could not start after a device-side assert: the assert (a label or token
+    # out of range) is the cause
+    assert_line = (
+        "../aten/src/ATen/native/cuda/Indexing.cu:699: indexSelectLargeIndex: block: [0,0,0],"
+        " thread: [0,0,0] Assertion `srcIndex < srcSelectDimSize` failed.\n"
+    )
+    cublas = (
+        "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling"
+        " `cublasCreate(handle)`\n"
+    )
+    assert category(assert_line + TRACEBACK + cublas) == C.CONFIG_ERROR
+    # Horovod's other mismatches between ranks
+    for said in (
+        "Mismatched data types: One rank had type float32, but another rank had type int64.",
+        "Mismatched operations: One rank did an ALLREDUCE, but another rank did an ALLGATHER.",
+    ):
+        line = "horovod.common.exceptions.HorovodInternalError: " + said + "\n"
+        assert category(TRACEBACK + line) == C.NCCL_DISTRIBUTED, said
+    # Windows: the same allocator's other message
+    view = (
+        "RuntimeError: Couldn't map view of shared file <torch_11952_2418289937>,"
+        " error code: <1455>\n"
+    )
+    assert category(TRACEBACK + view) == C.DATALOADER_WORKER
+    # a loader that only warned of sizes, then the kill that ended the job
+    mismatch = "".join(
+        f"\tsize mismatch for layer4.{i}.bn2.bias: copying a param with shape"
+        " torch.Size([512]) from checkpoint, the shape in current model is torch.Size([2048]).\n"
+        for i in range(3)
+    )
+    assert category(mismatch + "Killed\n") == C.HOST_OOM
+    # PyTorch 1.x's reallocation out of RAM
+    realloc = (
+        "RuntimeError: $ Torch: not enough memory: you tried to reallocate 1GB. Buy new RAM!"
+        " at /pytorch/aten/src/TH/THGeneral.cpp:204\n"
+    )
+    assert category(TRACEBACK + realloc) == C.HOST_OOM
+    # TF 1's other words for a checkpoint of another graph
+    for restore in (
+        'NotFoundError (see above for traceback): Tensor name "bert/embeddings/LayerNorm/beta"'
+        " not found in checkpoint files ./model.ckpt\n",
+        "InvalidArgumentError (see above for traceback): Restoring from checkpoint failed. This"
+        " is most likely due to a mismatch between the current graph and the graph from the"
+        " checkpoint.\n",
+    ):
+        assert category(restore) == C.CONFIG_ERROR, restore
+    # older Caffe's weights that do not fit, and a solver type the build lacks
+    glog = "F0101 00:00:00.000000 1 blob.cpp:470] Check failed: "
+    stack = "*** Check failure stack trace: ***\n"
+    for refused in (
+        "ShapeEquals(proto) shape mismatch (reshape not set)",
+        "registry.count(type) == 1 (0 vs. 1) Unknown solver type: Adam (known types: SGD)",
+    ):
+        assert category(glog + refused + "\n" + stack) == C.CONFIG_ERROR, refused
+    # macOS shells' kill and stop, an abort glued after a word
+    assert category("epoch 3\nKilled: 9\n") == C.HOST_OOM
+    assert category("epoch 3\nTerminated: 15\n") == C.KILLED
+    assert category("  what():  CUDA errorAborted (core dumped)\n") == C.SEGFAULT_ABORT
+    # torch 2.5's capability block for a GPU it may still run (through PTX), then training
+    block = (
+        "/x/torch/cuda/__init__.py:230: UserWarning: \n"
+        "    Found GPU0 NVIDIA GB10 which is of cuda capability 12.1.\n"
+        "    Minimum and Maximum cuda capability supported by this version of PyTorch is\n"
+        "    (8.0) - (12.0)\n"
+        "    \n"
+        "  warnings.warn(\n"
+    )
+    assert category(block + "epoch 1 step 10 loss 0.5\nepoch 2 step 10 loss 0.4\n") == C.NONE

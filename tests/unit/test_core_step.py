@@ -66,12 +66,17 @@ def test_sigkill_with_a_kernel_oom_line_is_host_oom_but_not_after_a_kill_drill()
     assert drill.category == C.KILLED and "kill drill" in drill.evidence[0]
 
 
+def test_every_note_of_the_shim_is_read_below() -> None:
+    named = {v for k, v in vars(shim).items() if k.startswith("NOTE_") and isinstance(v, str)}
+    assert named == set(shim.NOTES)
+
+
 @pytest.mark.parametrize("note", shim.NOTES)
 def test_the_kill_drill_stays_killed_whatever_rsup_noted_while_cleaning_up(note: str) -> None:
     # rsup's own notes as it stops the tree name SIGTERM and SIGKILL as what rsup sends
     # next: not what ended the job (nor the SIGKILL a kernel's OOM killer would send).
     # Built from the shim's own wording, so a reworded note that reads as a fault fails here.
-    line = note.format(got="SIGTERM", sent="SIGTERM", n=1, grace=5.0, pids="4242", timeout=5.0)
+    line = note.format(got="SIGTERM", sent="SIGTERM", n=1, grace=5.0, pids="4242 4243", timeout=5.0)
     output = (
         "      10/20   0G   3.173   2.039   2.271   26   160: 37% 3/8 1.1it/s\n"
         "rsup drill: kill at epoch 10/20, batch 4/8\n" + line + "\n"
