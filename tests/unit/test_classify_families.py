@@ -2945,3 +2945,27 @@ def test_round_51_56_review_cases() -> None:
         "  warnings.warn(\n"
     )
     assert category(block + "epoch 1 step 10 loss 0.5\nepoch 2 step 10 loss 0.4\n") == C.NONE
+
+
+def test_round_57_wordings() -> None:
+    # THC's initialisation failing with the CUDA driver's unknown error
+    thc = (
+        "RuntimeError: cuda runtime error (999) : unknown error at"
+        " /opt/conda/conda-bld/pytorch/work/aten/src/THC/THCGeneral.cpp:47\n"
+    )
+    assert category(TRACEBACK + thc) == C.HIP_RUNTIME_INIT
+    # a device-side assert reported there is still the assert (a label out of range)
+    assert_at_thc = (
+        "RuntimeError: cuda runtime error (59) : device-side assert triggered at"
+        " /pytorch/aten/src/THC/THCGeneral.cpp:663\n"
+    )
+    assert category(TRACEBACK + assert_at_thc) != C.HIP_RUNTIME_INIT
+    # ComfyUI's log line for torch's OutOfMemoryError, its traceback cut off
+    comfy = (
+        "2024-12-16 17:10:56,767 - root - ERROR - !!! Exception during processing !!!"
+        " Allocation on device \n"
+        "2024-12-16 17:10:56,770 - root - ERROR - Traceback (most recent call last):\n"
+        '  File "/root/ComfyUI/execution.py", line 317, in execute\n'
+    )
+    assert category(comfy) == C.OOM
+    assert category("- **Exception Message:** Allocation on device \n") == C.OOM
