@@ -2747,6 +2747,11 @@ def test_round_53_wordings() -> None:
         " /b/wheel/pytorch-src/torch/lib/THC/THCGeneral.c:394\n"
     )
     assert category(TRACEBACK + cublas) == C.HIP_RUNTIME_INIT
+    hipblas = (
+        "RuntimeError: CUDA error: HIPBLAS_STATUS_NOT_INITIALIZED when calling"
+        " `hipblasCreate(handle)`\n"
+    )
+    assert category(TRACEBACK + hipblas) == C.HIP_RUNTIME_INIT  # the same on ROCm
     oom = (
         "E tensorflow/stream_executor/cuda/cuda_driver.cc:890] failed to alloc 2.00G:"
         " CUDA_ERROR_OUT_OF_MEMORY: out of memory\n"
