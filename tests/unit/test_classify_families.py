@@ -2974,3 +2974,20 @@ def test_round_57_wordings() -> None:
     )
     assert category(comfy) == C.OOM
     assert category("- **Exception Message:** Allocation on device \n") == C.OOM
+
+
+def test_round_58_wordings() -> None:
+    # FlashAttention on a GPU older than Ampere
+    flash = "[rank0]: RuntimeError: FlashAttention only supports Ampere GPUs or newer.\n"
+    assert category(flash + "  0%|          | 0/1500 [00:00<?, ?it/s]\n") == C.HIP_RUNTIME_INIT
+    # a CUDA extension that cannot load the CUDA runtime it was built against
+    cudart = (
+        '  File "pcdet/ops/roiaware_pool3d/roiaware_pool3d_utils.py", line 4, in <module>\n'
+        "    from . import roiaware_pool3d_cuda\n"
+        "ImportError: libcudart.so.8.0: cannot open shared object file: No such file or"
+        " directory\n"
+    )
+    assert category(TRACEBACK + cudart) == C.HIP_RUNTIME_INIT
+    # an optional import that fails so while the job trains on
+    trains = "epoch 1 step 10 loss 0.5\nepoch 2 step 10 loss 0.4\n"
+    assert category(cudart.splitlines(True)[-1] + trains) == C.NONE
