@@ -2991,3 +2991,22 @@ def test_round_58_wordings() -> None:
     # an optional import that fails so while the job trains on
     trains = "epoch 1 step 10 loss 0.5\nepoch 2 step 10 loss 0.4\n"
     assert category(cudart.splitlines(True)[-1] + trains) == C.NONE
+
+
+def test_round_59_wordings() -> None:
+    # XGBoost's device allocator out of GPU memory
+    xgb = (
+        "ml.dmlc.xgboost4j.java.XGBoostError: [22:22:41] src/tree/updater_gpu_hist.cu:712:"
+        " Exception in gpu_hist: [22:22:41] src/common/device_helpers.cuh:428: Memory"
+        " allocation error on worker 3: Caching allocator\n"
+        "- Free memory: 224067584\n"
+        "- Requested memory: 878511352\n"
+    )
+    assert category(xgb) == C.OOM
+    # OpenCL's allocation failure as Boost.Compute throws it (LightGBM on the GPU)
+    opencl = (
+        "terminate called after throwing an instance of"
+        " 'boost::wrapexcept<boost::compute::opencl_error>'\n"
+        "  what():  Memory Object Allocation Failure\n"
+    )
+    assert category(opencl) == C.OOM
