@@ -55,8 +55,10 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
 - An exception line standing alone at column 0 (`KeyError: 'boxes'`, a dotted or CamelCase name
   ending in Error or Exception, outside any traceback) is the exception line of a traceback
   whose frames were not printed or not copied, and counts as one where the output ends with it,
-  its message's indented lines, or redraws of a row (the same count again, or the one bar tqdm
-  closes as the program exits: at its total, or at 0 without an epoch); indented with its
+  its message's indented lines, the notes a library prints under it (PaddlePaddle's hints,
+  gin-config's configurable and binding, NumPy's removed alias), or redraws of a row (the same
+  count again, or the one bar tqdm closes as the program exits: at its total, or at 0 without
+  an epoch); indented with its
   frames (a poster indented the whole log), it is heard as a frame. Under Hydra's `Error
   executing job with overrides: [...]` any exception line (`omegaconf.errors.
   MissingMandatoryValue: ...`) is one: Hydra prints the exception that ended the job so,
