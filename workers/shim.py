@@ -58,6 +58,10 @@ PUMP_MAX = 16 * READ_CHUNK  # bound a burst of copying so signals are still seen
 REST = 0.004
 SCAN_FIRST, SCAN_MAX = 0.02, 0.5  # seconds between looks at a tree that is ending
 ORPHAN_GRACE_MAX = 5.0
+KILL_TIMEOUT = 10.0  # SIGKILL passes before giving up on a process stuck in the kernel
+DRAIN_TIMEOUT = 2.0  # a writer outside the tree could hold the pipe open for ever
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # named only from Python 3.10
+F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 
 # rsup's own notes in output.log as it stops the tree. They name the signals rsup sends,
 # never what ended the job: the harmless entry "rsup-shim-note" in signatures.yaml must
@@ -77,10 +81,6 @@ NOTE_STUCK = (
     " (stuck in the kernel, e.g. in a GPU driver); giving up on them"
 )
 NOTES = (NOTE_STOP, NOTE_FORCE, NOTE_ORPHANS, NOTE_OUTLIVED, NOTE_STUCK)
-KILL_TIMEOUT = 10.0  # SIGKILL passes before giving up on a process stuck in the kernel
-DRAIN_TIMEOUT = 2.0  # a writer outside the tree could hold the pipe open for ever
-F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # named only from Python 3.10
-F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 
 
 class Phase(str, enum.Enum):

@@ -58,11 +58,10 @@ Tracebacks (see tracebacks.py for the layouts read: Python's, notebooks', Rich's
   its message's indented lines, the notes a library prints under it (PaddlePaddle's hints,
   gin-config's configurable and binding, NumPy's removed alias), or redraws of a row (the same
   count again, or the one bar tqdm closes as the program exits: at its total, or at 0 without
-  an epoch); indented with its
-  frames (a poster indented the whole log), it is heard as a frame. Under Hydra's `Error
-  executing job with overrides: [...]` any exception line (`omegaconf.errors.
-  MissingMandatoryValue: ...`) is one: Hydra prints the exception that ended the job so,
-  without its frames, and a hint line after it.
+  an epoch); indented with its frames (a poster indented the whole log), it is heard as a
+  frame. Under Hydra's `Error executing job with overrides: [...]` any exception line
+  (`omegaconf.errors.MissingMandatoryValue: ...`) is one: Hydra prints the exception that
+  ended the job so, without its frames, and a hint line after it.
 - A cut-off traceback (the excerpt starts inside its frames, or ends before its exception line)
   still counts: by its exception line when present; else by the exception class a notebook
   header named; else by the deepest frame a `scope: frame` signature knows (`rebuild_storage_fd`
@@ -193,6 +192,8 @@ NUMPY_ALIAS_NOTES = (
     b"The aliases was originally deprecated in NumPy ",
     b"https://numpy.org/devdocs/release/",
 )
+# Notes a library prints under its error line: more of the same error.
+ERROR_NOTES = PADDLE_NOTES + NUMPY_ALIAS_NOTES
 
 
 class Orphan(NamedTuple):
@@ -570,12 +571,11 @@ class LiveClassifier(SkippedText):
     def _went_on(self, text: bytes) -> bool:
         """Whether output went on after the pending lone exception line: any line but a
         redraw of a progress row (advance.redraw: the same count again, or the one bar tqdm
-        closes as the program exits, at its total or at 0), a note PaddlePaddle prints under
-        its error line (PADDLE_NOTES), NumPy's notes on a removed alias (NUMPY_ALIAS_NOTES),
-        gin-config's indented notes and the binding line a
-        note names under it, with its caret (GIN_CALL_NOTE, GIN_BINDING_NOTES), or, under an
-        exception line whose message began on the line under it, an indented line (more of
-        that message)."""
+        closes as the program exits, at its total or at 0), a note a library prints under its
+        error line (ERROR_NOTES: PaddlePaddle's, NumPy's on a removed alias), gin-config's
+        indented notes and the binding line a note names under it, with its caret
+        (GIN_CALL_NOTE, GIN_BINDING_NOTES), or, under an exception line whose message began on
+        the line under it, an indented line (more of that message)."""
         assert self._orphan is not None
         marks, message_under = self._orphan.marks, self._orphan.message_under
         binding, caret = self._orphan.gin_binding, self._orphan.gin_caret
@@ -593,10 +593,8 @@ class LiveClassifier(SkippedText):
             mark = advance.parse(cut(body))
             if mark is None and message_under and body[:1] in b" \t":
                 continue  # the message goes on under it
-            if mark is None and body.lstrip().startswith(PADDLE_NOTES):
-                continue  # Paddle's notes under its error line: more of the same error
-            if mark is None and body.lstrip().startswith(NUMPY_ALIAS_NOTES):
-                continue  # NumPy's notes on the alias it removed: more of its message
+            if mark is None and body.lstrip().startswith(ERROR_NOTES):
+                continue  # a library's notes under its error line: more of the same error
             if mark is None:
                 if indent and body.lstrip().startswith(GIN_CALL_NOTE):
                     continue  # gin's notes under the exception it re-raised
